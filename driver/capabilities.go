@@ -1,0 +1,133 @@
+package driver
+
+import "time"
+
+// FenceGuarantee says how strongly a backend keeps the fence promise.
+type FenceGuarantee int
+
+const (
+	// FenceNone: the backend issues no fences (Fence returns 0).
+	FenceNone FenceGuarantee = iota
+	// FenceBestEffort: fences increase while the store keeps its data; a
+	// failover or restart can repeat or lower them.
+	FenceBestEffort
+	// FenceTimeFloored: fences are floored by the store's clock, so they keep
+	// increasing across data loss as long as the store's clock does not go
+	// backwards by more than the outage lasted.
+	FenceTimeFloored
+	// FenceStrict: fences increase across release, expiry, client crash,
+	// server restart and failover (consensus-backed or single durable store).
+	FenceStrict
+)
+
+func (g FenceGuarantee) String() string {
+	switch g {
+	case FenceNone:
+		return "none"
+	case FenceBestEffort:
+		return "best-effort"
+	case FenceTimeFloored:
+		return "time-floored"
+	case FenceStrict:
+		return "strict"
+	}
+	return "unknown"
+}
+
+// TimeAuthority says whose clock decides that a lease expired.
+type TimeAuthority int
+
+const (
+	// TimeServer: the store's clock expires leases (Redis PX, etcd leases).
+	TimeServer TimeAuthority = iota
+	// TimeClient: clients decide from their own observations (DynamoDB lock
+	// client style: a record unchanged for a lease duration is stale).
+	TimeClient
+	// TimeProcess: the lock lives in one process and its clock.
+	TimeProcess
+)
+
+func (a TimeAuthority) String() string {
+	switch a {
+	case TimeServer:
+		return "server clock"
+	case TimeClient:
+		return "client observation"
+	case TimeProcess:
+		return "process clock"
+	}
+	return "unknown"
+}
+
+// WaitMechanism says how a blocked Acquire learns that the lock is free.
+type WaitMechanism int
+
+const (
+	// WaitPoll: jittered backoff polling.
+	WaitPoll WaitMechanism = iota
+	// WaitNotify: a notification (pub/sub, watch) with polling as a fallback.
+	WaitNotify
+	// WaitQueue: the store queues waiters and grants in order.
+	WaitQueue
+)
+
+func (m WaitMechanism) String() string {
+	switch m {
+	case WaitPoll:
+		return "poll"
+	case WaitNotify:
+		return "notify"
+	case WaitQueue:
+		return "server queue"
+	}
+	return "unknown"
+}
+
+// NodeLoss says what happens to held locks when a store node is lost.
+type NodeLoss int
+
+const (
+	// NodeLossNotApplicable: a single process; nothing to lose.
+	NodeLossNotApplicable NodeLoss = iota
+	// NodeLossUnsafe: losing the node loses the locks (or an async replica can
+	// grant a held lock again).
+	NodeLossUnsafe
+	// NodeLossQuorum: survives the loss of a minority of nodes.
+	NodeLossQuorum
+)
+
+func (n NodeLoss) String() string {
+	switch n {
+	case NodeLossNotApplicable:
+		return "n/a (single process)"
+	case NodeLossUnsafe:
+		return "no"
+	case NodeLossQuorum:
+		return "yes (quorum)"
+	}
+	return "unknown"
+}
+
+// Capabilities describes a backend. It drives the conformance suite (which
+// checks what is declared) and docs/comparison.md.
+type Capabilities struct {
+	// Backend is the backend's short name ("mem", "redis", ...).
+	Backend string
+	// Fence is the strength of the fence promise.
+	Fence FenceGuarantee
+	// FenceSource says where fences come from, for humans.
+	FenceSource string
+	// MinTTL is the shortest TTL the store can honour.
+	MinTTL time.Duration
+	// TTLGranularity is the unit the store rounds TTLs up to (1 ms for
+	// Redis PX, 1 s for etcd leases).
+	TTLGranularity time.Duration
+	// TimeAuthority is whose clock expires leases.
+	TimeAuthority TimeAuthority
+	// Wait is how a blocked Acquire learns the lock is free.
+	Wait WaitMechanism
+	// FIFO reports whether waiters are granted in arrival order.
+	FIFO bool
+	// NodeLoss is what losing a store node does to held locks.
+	NodeLoss NodeLoss
+}

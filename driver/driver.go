@@ -1,0 +1,122 @@
+// Package driver defines the small interface a fencelock backend implements.
+//
+// Application code never uses this package: it uses the portable
+// *fencelock.Client and *fencelock.Lease, which own everything that is the
+// same on every store (owner tokens, blocking acquire with backoff, renewal,
+// the local validity deadline, lease-loss signalling, input validation,
+// release on a detached context). A backend implements Backend and Lease and,
+// where the store can do better than polling, the optional Waiter, Blocker and
+// LossNotifier interfaces.
+//
+// Every method's doc comment is a contract; the conformance suite
+// (package conformance) checks it through the portable types.
+package driver
+
+import (
+	"context"
+	"time"
+)
+
+// AcquireRequest is one attempt to take a named lock.
+type AcquireRequest struct {
+	// Name is the store key of the lock, already prefixed and validated by the
+	// portable layer: non-empty valid UTF-8 of at most MaxNameLen bytes.
+	Name string
+	// Token is a 128-bit random owner token (32 lowercase hex characters),
+	// unique to this attempt. Stores that keep an owner value keep this one,
+	// so that Extend and Release can be owner-checked.
+	Token string
+	// TTL is how long the store keeps the lock without a renewal. It is at
+	// least Capabilities().MinTTL.
+	TTL time.Duration
+}
+
+// MaxNameLen is the longest lock name, in bytes, the portable layer accepts.
+const MaxNameLen = 1024
+
+// Backend is a lock store.
+type Backend interface {
+	// TryAcquire makes one attempt to take req.Name.
+	//
+	// It returns ErrNotAcquired (wrapped or not) if another holder has the lock,
+	// a lease with a fence greater than every fence earlier issued for the
+	// name, or another error. When it returns an error nothing may be left
+	// held: if the outcome is unknown (ctx ended or the connection broke after
+	// the request was sent), the backend removes any lock held under
+	// req.Token before it returns, on a context detached from ctx.
+	// A store that cannot be reached yields an error wrapping ErrUnavailable.
+	TryAcquire(ctx context.Context, req AcquireRequest) (Lease, error)
+
+	// Capabilities describes the backend. It must not do I/O.
+	Capabilities() Capabilities
+
+	// Close releases the backend's resources (connections, goroutines).
+	// Leases still held are abandoned: the store frees them when they expire.
+	Close() error
+}
+
+// Lease is a lock held in the store.
+type Lease interface {
+	// Fence is the fencing token of this grant: for one name, strictly greater
+	// than the fence of every earlier grant (see Capabilities.Fence for how
+	// strong that promise is). It fits in an int64 and is never 0.
+	Fence() uint64
+
+	// Extend sets the store-side expiry of the lock to ttl from now, only if
+	// the lock is still held under this lease's token. It returns
+	// ErrLeaseLost if it is not (expired, taken over, released), or another
+	// error if the store could not be asked (the lease may still be held).
+	Extend(ctx context.Context, ttl time.Duration) error
+
+	// Release frees the lock only if it is still held under this lease's
+	// token. It returns ErrLeaseLost if the lock was no longer ours; it never
+	// removes another holder's lock. It is called at most once.
+	Release(ctx context.Context) error
+}
+
+// Waiter is implemented by a Backend that can tell a waiter when a held lock
+// may have become free (a watch, pub/sub, a keyspace notification).
+//
+// Without it the portable layer polls with jittered backoff. With it, the
+// portable layer calls Wait after a failed TryAcquire, bounded by the backoff
+// interval, and retries TryAcquire whatever Wait returns: wake-ups are hints.
+type Waiter interface {
+	// Wait returns nil when the lock named name may be free, or ctx.Err()
+	// when ctx ends first. It must not miss a release that happens after
+	// Wait was called; it may return early (spurious wake-ups are allowed).
+	Wait(ctx context.Context, name string) error
+}
+
+// Blocker is implemented by a Backend whose store queues waiters itself
+// (a server-side lock queue, an etcd or ZooKeeper sequential-key recipe).
+// The portable Acquire then calls Acquire instead of polling TryAcquire.
+type Blocker interface {
+	// Acquire blocks until req.Name is granted (same result as TryAcquire)
+	// or ctx ends. When ctx ends it returns an error for which
+	// errors.Is(err, ctx.Err()) holds and leaves nothing held, even if the
+	// store granted the lock while the call was being cancelled.
+	//
+	// With the lease it returns sent: a local time.Now() taken no later than
+	// the moment the store started the lease's TTL clock (for example, when
+	// the request that granted the lock, or the last renewal made while
+	// waiting, was sent). The portable layer computes the lease's validity
+	// deadline from it, so it must never be later than the truth.
+	Acquire(ctx context.Context, req AcquireRequest) (l Lease, sent time.Time, err error)
+}
+
+// LossNotifier is implemented by a Lease whose store can say the lease is
+// gone before a renewal would find out (a session expired, a connection
+// that held the lock died).
+type LossNotifier interface {
+	// Lost returns a channel that is closed when the store has dropped the
+	// lease. It is never closed by a successful Release.
+	Lost() <-chan struct{}
+}
+
+// Aser is implemented by a Backend that exposes its native client to the
+// portable Client.As escape hatch.
+type Aser interface {
+	// As sets *target to the native client if target has a supported type
+	// and reports whether it did.
+	As(target any) bool
+}

@@ -1,0 +1,3 @@
+module github.com/fencelock/fencelock
+
+go 1.26

@@ -1,0 +1,364 @@
+package fencelock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// Fence is a fencing token. For one lock name, every new lease's fence is
+// greater than every earlier lease's (see Capabilities.Fence for how strong
+// a backend's promise is). Send it with every write to the protected
+// resource, which must refuse a write carrying a fence lower than one it has
+// seen (package guard does that). 0 means "no fence". Fences fit in an int64.
+type Fence uint64
+
+// Int64 returns the fence as an int64, for SQL bigint and JSON numbers.
+func (f Fence) Int64() int64 { return int64(f) }
+
+func (f Fence) String() string { return strconv.FormatUint(uint64(f), 10) }
+
+// Lease is a held lock. Its methods are safe for concurrent use.
+//
+// A lease ends exactly once: by Release (Err is ErrReleased), or by loss
+// (Err is ErrLeaseLost): the store said it is gone, a renewal found it gone,
+// its local validity deadline passed without a successful renewal, MaxHold
+// passed, or the Client was closed. When it ends, Done is closed and Context
+// is cancelled with Err as its cause.
+type Lease struct {
+	c         *Client
+	name      string
+	dl        driver.Lease
+	fence     Fence
+	autoRenew bool
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+
+	opMu sync.Mutex // serializes store operations: renew, Extend, Release
+
+	mu          sync.Mutex
+	ttl         time.Duration
+	validUntil  time.Time // monotonic; conservative
+	maxHoldAt   time.Time // zero: no cap
+	ended       bool
+	stopRenew   bool // Release started: no renewal may be sent
+	storeGone   bool // the store side is known released or lost
+	renewTimer  *time.Timer
+	expiryTimer *time.Timer
+}
+
+func newLease(ctx context.Context, c *Client, name string, o resolved, dl driver.Lease, sent time.Time) *Lease {
+	l := &Lease{c: c, name: name, dl: dl, fence: Fence(dl.Fence()), autoRenew: o.autoRenew, ttl: o.ttl}
+	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	l.validUntil = sent.Add(o.ttl - c.drift(o.ttl))
+	if o.maxHold > 0 {
+		l.maxHoldAt = sent.Add(o.maxHold)
+		if l.maxHoldAt.Before(l.validUntil) {
+			l.validUntil = l.maxHoldAt
+		}
+	}
+	return l
+}
+
+// start arms the expiry and renewal timers and the store loss watch.
+func (l *Lease) start() {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	l.expiryTimer = time.AfterFunc(time.Until(l.validUntil), l.checkExpiry)
+	if l.autoRenew {
+		l.renewTimer = time.AfterFunc(l.ttl/3, l.renew)
+	}
+	l.mu.Unlock()
+	if ln, ok := l.dl.(driver.LossNotifier); ok {
+		lost := ln.Lost()
+		go func() {
+			select {
+			case <-lost:
+				l.markStoreGone()
+				l.end(l.lostErr("the store dropped the lease"))
+			case <-l.ctx.Done():
+			}
+		}()
+	}
+}
+
+func (c *Client) drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*c.opts.DriftFactor) + 2*time.Millisecond
+}
+
+// Name returns the lock name (without the client's prefix).
+func (l *Lease) Name() string { return l.name }
+
+// Fence returns the lease's fencing token.
+func (l *Lease) Fence() Fence { return l.fence }
+
+// Done returns a channel closed when the lease ends (released or lost).
+func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Err returns nil while the lease is held, then why it ended: an error
+// wrapping ErrReleased or ErrLeaseLost.
+func (l *Lease) Err() error {
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(l.ctx)
+}
+
+// Context returns a context that is cancelled, with Err as its cause, when
+// the lease ends. Pass it to the work done under the lock. It carries the
+// values of the context Acquire was called with, not its cancellation.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// ValidUntil returns the local deadline until which the lease is certainly
+// held: the start of the granting request plus TTL minus a drift margin,
+// moved forward only by successful renewals (measured from when each was
+// sent), and capped by MaxHold. When it passes without a renewal the lease
+// ends with ErrLeaseLost, before the store can grant the lock to anyone else
+// (assuming bounded clock-rate drift).
+func (l *Lease) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// Extend sets the lease's TTL to ttl (0: keep the current TTL) from now and
+// renews it in the store. Later automatic renewals use the new TTL. It
+// returns ErrLeaseLost if the lease is gone, ErrReleased after Release, or
+// the store's error (the lease then stays held until its deadline).
+func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	const op = "extend"
+	if ttl != 0 {
+		if err := l.c.checkTTL(ttl); err != nil {
+			return l.wrap(op, err)
+		}
+	}
+	if ctx == nil {
+		return l.wrap(op, fmt.Errorf("%w: nil context", ErrInvalid))
+	}
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	l.mu.Lock()
+	if ttl == 0 {
+		ttl = l.ttl
+	}
+	if l.ended {
+		l.mu.Unlock()
+		return l.wrap(op, l.endedErr())
+	}
+	l.mu.Unlock()
+	if err := l.storeExtend(ctx, ttl); err != nil {
+		return l.wrap(op, err)
+	}
+	return nil
+}
+
+// renew is the auto-renew timer's callback.
+func (l *Lease) renew() {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	l.mu.Lock()
+	if l.ended || l.stopRenew {
+		l.mu.Unlock()
+		return
+	}
+	ttl, deadline := l.ttl, l.validUntil
+	l.mu.Unlock()
+	ctx, cancel := context.WithDeadline(l.ctx, deadline)
+	defer cancel()
+	err := l.storeExtend(ctx, ttl)
+	if err == nil || l.ctx.Err() != nil {
+		return
+	}
+	l.c.log.Warn("fencelock: renewal failed; retrying until the validity deadline", "name", l.name, "fence", uint64(l.fence), "err", err)
+	retry := ttl / 10
+	if retry < 5*time.Millisecond {
+		retry = 5 * time.Millisecond
+	}
+	l.mu.Lock()
+	if !l.ended && !l.stopRenew {
+		l.renewTimer.Reset(retry)
+	}
+	l.mu.Unlock()
+}
+
+// storeExtend renews in the store and, on success, moves the deadline and
+// schedules the next renewal. Callers hold opMu.
+func (l *Lease) storeExtend(ctx context.Context, ttl time.Duration) error {
+	sent := time.Now()
+	err := l.dl.Extend(ctx, ttl)
+	if errors.Is(err, ErrLeaseLost) {
+		l.markStoreGone()
+		lost := l.lostErr("a renewal found the lock no longer ours")
+		l.end(lost)
+		return lost
+	}
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return l.endedErr()
+	}
+	vu := sent.Add(ttl - l.c.drift(ttl))
+	if !l.maxHoldAt.IsZero() && l.maxHoldAt.Before(vu) {
+		vu = l.maxHoldAt
+	}
+	if vu.After(l.validUntil) {
+		l.validUntil = vu
+	}
+	l.ttl = ttl
+	if l.renewTimer != nil && !l.stopRenew {
+		l.renewTimer.Reset(time.Until(sent.Add(ttl / 3)))
+	}
+	return nil
+}
+
+// checkExpiry is the validity deadline timer's callback.
+func (l *Lease) checkExpiry() {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	if rem := time.Until(l.validUntil); rem > 0 {
+		l.expiryTimer.Reset(rem)
+		l.mu.Unlock()
+		return
+	}
+	maxHold := !l.maxHoldAt.IsZero() && !time.Now().Before(l.maxHoldAt)
+	l.mu.Unlock()
+	if maxHold {
+		l.end(l.lostErr("MaxHold passed"))
+		return
+	}
+	l.end(l.lostErr("the validity deadline passed without a successful renewal"))
+}
+
+// Release frees the lock, only if it is still ours, on a context detached
+// from ctx (bounded by Options.ReleaseTimeout) so a cancelled caller still
+// frees it. It returns nil if the lease was already released, ErrLeaseLost
+// (wrapped) if the lease had ended by loss or the store found it no longer
+// ours, and the store's error if the store could not be reached (the lease
+// then ends anyway and the store frees the lock at its TTL).
+// It never removes another holder's lock.
+func (l *Lease) Release(ctx context.Context) error {
+	const op = "release"
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	l.mu.Lock()
+	if l.ended {
+		gone := l.storeGone
+		l.storeGone = true
+		l.mu.Unlock()
+		err := l.endedErr()
+		if errors.Is(err, ErrReleased) {
+			return nil
+		}
+		if !gone {
+			// Lost locally (deadline): free the store side if still ours.
+			_ = l.storeRelease(ctx)
+		}
+		return l.wrap(op, err)
+	}
+	l.stopRenew = true
+	l.storeGone = true
+	if l.renewTimer != nil {
+		l.renewTimer.Stop()
+	}
+	expired := !time.Now().Before(l.validUntil)
+	l.mu.Unlock()
+	err := l.storeRelease(ctx)
+	switch {
+	case expired || errors.Is(err, ErrLeaseLost):
+		lost := l.lostErr("it had expired before Release")
+		l.end(lost)
+		return l.wrap(op, lost)
+	case err != nil:
+		l.end(&Error{Op: "lease", Backend: l.c.caps.Backend, Name: l.name, Err: fmt.Errorf("%w (the store could not confirm: %v)", ErrReleased, err)})
+		return l.wrap(op, err)
+	}
+	l.end(&Error{Op: "lease", Backend: l.c.caps.Backend, Name: l.name, Err: ErrReleased})
+	return nil
+}
+
+func (l *Lease) storeRelease(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.c.opts.ReleaseTimeout)
+	defer cancel()
+	return l.dl.Release(rctx)
+}
+
+// closeWithClient ends the lease because its Client is closing, releasing
+// the store side if it is still ours.
+func (l *Lease) closeWithClient() {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	l.stopRenew = true
+	gone := l.storeGone
+	l.storeGone = true
+	l.mu.Unlock()
+	l.end(&Error{Op: "lease", Backend: l.c.caps.Backend, Name: l.name, Err: fmt.Errorf("%w: %w", ErrLeaseLost, ErrClosed)})
+	if !gone {
+		_ = l.storeRelease(context.Background())
+	}
+}
+
+func (l *Lease) markStoreGone() {
+	l.mu.Lock()
+	l.storeGone = true
+	l.mu.Unlock()
+}
+
+// end ends the lease once with cause.
+func (l *Lease) end(cause error) {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	l.ended = true
+	if l.renewTimer != nil {
+		l.renewTimer.Stop()
+	}
+	if l.expiryTimer != nil {
+		l.expiryTimer.Stop()
+	}
+	l.mu.Unlock()
+	l.cancel(cause)
+	l.c.forget(l)
+	if errors.Is(cause, ErrLeaseLost) {
+		l.c.log.Warn("fencelock: lease lost", "name", l.name, "fence", uint64(l.fence), "err", cause)
+	}
+}
+
+// endedErr is why an ended lease ended.
+func (l *Lease) endedErr() error { return context.Cause(l.ctx) }
+
+func (l *Lease) lostErr(why string) error {
+	return &Error{Op: "lease", Backend: l.c.caps.Backend, Name: l.name, Err: fmt.Errorf("%w: %s", ErrLeaseLost, why)}
+}
+
+func (l *Lease) wrap(op string, err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		// Already carries backend and name; re-label the operation only.
+		return &Error{Op: op, Backend: e.Backend, Name: e.Name, Err: e.Err}
+	}
+	return &Error{Op: op, Backend: l.c.caps.Backend, Name: l.name, Err: err}
+}
