@@ -18,8 +18,30 @@
 // Every refusal is an error wrapping ErrStale, never a silent no-op.
 package guard
 
-import "errors"
+import (
+	"context"
+	"errors"
+)
 
 // ErrStale: the write carried a fence older than the resource has seen.
 // The lease that issued it is no longer the newest: stop, re-acquire, retry.
 var ErrStale = errors.New("guard: stale fence: a newer lease holder has written or claimed this resource")
+
+// Resource is a guarded integer resource (a counter row, a document field):
+// the shape the lost-update experiment drives, implemented in memory
+// (Counter) and on real stores (see PGCounter).
+type Resource interface {
+	// Read returns the value, unchecked (unfenced mode).
+	Read(ctx context.Context) (int64, error)
+	// Write sets the value, unchecked (unfenced mode).
+	Write(ctx context.Context, v int64) error
+	// Claim stamps fence if it is greater than the stored fence and returns
+	// the value; ErrStale otherwise.
+	Claim(ctx context.Context, fence uint64) (int64, error)
+	// WriteClaimed writes only while the stored fence equals fence; ErrStale
+	// otherwise.
+	WriteClaimed(ctx context.Context, fence uint64, v int64) error
+	// WriteIfNotOlder writes and stamps fence if fence is at least the stored
+	// fence; ErrStale otherwise.
+	WriteIfNotOlder(ctx context.Context, fence uint64, v int64) error
+}

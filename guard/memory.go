@@ -1,9 +1,12 @@
 package guard
 
 import (
+	"context"
 	"fmt"
 	"sync"
 )
+
+var _ Resource = (*Counter)(nil)
 
 // Counter is an in-memory guarded integer: the reference resource of the
 // conformance suite and the CLI's lost-update experiment. Safe for
@@ -15,23 +18,24 @@ type Counter struct {
 }
 
 // Read returns the value without any fence check (the unfenced mode).
-func (c *Counter) Read() int64 {
+func (c *Counter) Read(context.Context) (int64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.value
+	return c.value, nil
 }
 
 // Write sets the value without any fence check (the unfenced mode).
-func (c *Counter) Write(v int64) {
+func (c *Counter) Write(_ context.Context, v int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.value = v
+	return nil
 }
 
 // Claim stamps fence on the counter if it is greater than the stored fence
 // and returns the value, as UPDATE ... SET fence=$f WHERE fence<$f RETURNING
 // value does. It returns ErrStale if fence is not greater.
-func (c *Counter) Claim(fence uint64) (int64, error) {
+func (c *Counter) Claim(_ context.Context, fence uint64) (int64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if fence <= c.fence {
@@ -43,7 +47,7 @@ func (c *Counter) Claim(fence uint64) (int64, error) {
 
 // WriteClaimed sets the value only if the stored fence is still fence (no
 // newer holder claimed since). It returns ErrStale otherwise.
-func (c *Counter) WriteClaimed(fence uint64, v int64) error {
+func (c *Counter) WriteClaimed(_ context.Context, fence uint64, v int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.fence != fence {
@@ -55,7 +59,7 @@ func (c *Counter) WriteClaimed(fence uint64, v int64) error {
 
 // WriteIfNotOlder sets the value and stamps fence if fence is at least the
 // stored fence (write-only mode). It returns ErrStale otherwise.
-func (c *Counter) WriteIfNotOlder(fence uint64, v int64) error {
+func (c *Counter) WriteIfNotOlder(_ context.Context, fence uint64, v int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if fence < c.fence {
