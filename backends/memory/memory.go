@@ -1,0 +1,123 @@
+// Package memory is the mem:// reference backend: an in-process lock store
+// that passes the whole conformance suite. Use it in unit tests of code that
+// takes a fencelock.Locker, instead of a mock.
+//
+// # URLs
+//
+//	mem://          the process-wide default store (every mem:// client shares it)
+//	mem://NAME      a named store, shared by every mem://NAME client in the process
+//	memrpc://HOST:PORT  a Store served by another process with Serve (multi-process tests)
+//
+// # Fences
+//
+// A per-name counter that release and expiry never reset: FenceStrict within
+// the process that holds the Store.
+//
+// # Expiry and waiting
+//
+// Locks expire on the monotonic clock of the process holding the Store; an
+// expiry or Store.Expire reports loss to the holder's lease at once
+// (LossNotifier) and wakes waiters (Waiter), as a release does.
+package memory
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// Capabilities of the mem:// backend.
+var Capabilities = driver.Capabilities{
+	Backend:        "mem",
+	Fence:          driver.FenceStrict,
+	FenceSource:    "per-name counter in the process",
+	MinTTL:         time.Millisecond,
+	TTLGranularity: time.Nanosecond,
+	TimeAuthority:  driver.TimeProcess,
+	Wait:           driver.WaitNotify,
+	FIFO:           false,
+	NodeLoss:       driver.NodeLossNotApplicable,
+}
+
+// New returns a Client on store s (a new empty Store if s is nil).
+// opts may be nil.
+func New(s *Store, opts *fencelock.Options) *fencelock.Client {
+	if s == nil {
+		s = NewStore()
+	}
+	return fencelock.New(newBackend(s), opts)
+}
+
+var lastSession atomic.Uint64
+
+func newBackend(s *Store) *backend {
+	return &backend{s: s, session: Session(lastSession.Add(1))}
+}
+
+type backend struct {
+	s       *Store
+	session Session
+}
+
+var (
+	_ driver.Waiter = (*backend)(nil)
+	_ driver.Aser   = (*backend)(nil)
+)
+
+func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	fence, lost, err := b.s.tryAcquire(b.session, req.Name, req.Token, req.TTL)
+	if err != nil {
+		return nil, err
+	}
+	return &lease{s: b.s, name: req.Name, token: req.Token, fence: fence, lost: lost}, nil
+}
+
+func (b *backend) Wait(ctx context.Context, name string) error { return b.s.Wait(ctx, name) }
+
+func (b *backend) Capabilities() driver.Capabilities { return Capabilities }
+
+func (b *backend) Close() error { return nil }
+
+// As supports **Store (the client's Store) and *Session (its session).
+func (b *backend) As(target any) bool {
+	switch p := target.(type) {
+	case **Store:
+		*p = b.s
+	case *Session:
+		*p = b.session
+	default:
+		return false
+	}
+	return true
+}
+
+type lease struct {
+	s           *Store
+	name, token string
+	fence       uint64
+	lost        <-chan struct{}
+}
+
+func (l *lease) Fence() uint64 { return l.fence }
+
+func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return l.s.Extend(l.name, l.token, ttl)
+}
+
+func (l *lease) Release(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return l.s.Release(l.name, l.token)
+}
+
+func (l *lease) Lost() <-chan struct{} { return l.lost }

@@ -1,0 +1,65 @@
+package memory_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backends/memory"
+	"github.com/fencelock/fencelock/conformance"
+)
+
+// harness serves one Store in-process and over memrpc:// for the
+// process-freeze check's child.
+type harness struct {
+	s    *memory.Store
+	ln   net.Listener
+	rpc  bool // make memrpc:// clients instead of in-process ones
+	done chan struct{}
+}
+
+func newHarness(rpc bool) conformance.HarnessMaker {
+	return func(ctx context.Context, t testing.TB) (conformance.Harness, error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		h := &harness{s: memory.NewStore(), ln: ln, rpc: rpc, done: make(chan struct{})}
+		go func() { defer close(h.done); _ = memory.Serve(ln, h.s) }()
+		return h, nil
+	}
+}
+
+func (h *harness) MakeClient(ctx context.Context, opts *fencelock.Options) (*fencelock.Client, error) {
+	if h.rpc {
+		return fencelock.DefaultURLMux().Open(ctx, h.URL(), opts)
+	}
+	return memory.New(h.s, opts), nil
+}
+
+func (h *harness) URL() string { return "memrpc://" + h.ln.Addr().String() }
+
+func (h *harness) Close() {
+	h.ln.Close()
+	<-h.done
+}
+
+func (h *harness) Expire(_ context.Context, key string) error {
+	if !h.s.Expire(key) {
+		return errors.New("not held")
+	}
+	return nil
+}
+
+func (h *harness) KillSession(_ context.Context, c *fencelock.Client) error {
+	var sess memory.Session
+	if !c.As(&sess) {
+		return errors.New("not a mem:// client")
+	}
+	h.s.KillSession(sess)
+	return nil
+}
+
+func TestConformance(t *testing.T) { conformance.RunConformanceTests(t, newHarness(false)) }

@@ -1,0 +1,160 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/rpc"
+	"time"
+
+	"github.com/fencelock/fencelock/backends/memory/internal/wire"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// Serve serves s over net/rpc on ln until ln is closed, so that other
+// processes can share it with the URL memrpc://ADDR (ADDR = ln.Addr()).
+// It exists for multi-process tests (the conformance suite's process-freeze
+// check); it has no authentication: listen on loopback only.
+func Serve(ln net.Listener, s *Store) error {
+	srv := rpc.NewServer()
+	if err := srv.RegisterName("Store", &rpcStore{s: s}); err != nil {
+		return err
+	}
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		go srv.ServeConn(conn)
+	}
+}
+
+type rpcStore struct{ s *Store }
+
+func code(err error) int {
+	switch {
+	case err == nil:
+		return wire.OK
+	case errors.Is(err, driver.ErrNotAcquired):
+		return wire.NotAcquired
+	default:
+		return wire.LeaseLost
+	}
+}
+
+func (r *rpcStore) TryAcquire(a wire.Args, rep *wire.Reply) error {
+	f, _, err := r.s.TryAcquire(a.Name, a.Token, a.TTL)
+	rep.Code, rep.Fence = code(err), f
+	return nil
+}
+
+func (r *rpcStore) Extend(a wire.Args, rep *wire.Reply) error {
+	rep.Code = code(r.s.Extend(a.Name, a.Token, a.TTL))
+	return nil
+}
+
+func (r *rpcStore) Release(a wire.Args, rep *wire.Reply) error {
+	rep.Code = code(r.s.Release(a.Name, a.Token))
+	return nil
+}
+
+// Wait waits at most a.TTL for a.Name to be free.
+func (r *rpcStore) Wait(a wire.Args, rep *wire.Reply) error {
+	ctx, cancel := context.WithTimeout(context.Background(), a.TTL)
+	defer cancel()
+	_ = r.s.Wait(ctx, a.Name)
+	return nil
+}
+
+// rpcBackend is the driver for memrpc://.
+type rpcBackend struct{ c *rpc.Client }
+
+var _ driver.Waiter = (*rpcBackend)(nil)
+
+func dialRPC(ctx context.Context, addr string) (*rpcBackend, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: memrpc %s: %v", driver.ErrUnavailable, addr, err)
+	}
+	return &rpcBackend{c: rpc.NewClient(conn)}, nil
+}
+
+func (b *rpcBackend) call(ctx context.Context, method string, a wire.Args) (wire.Reply, error) {
+	var rep wire.Reply
+	call := b.c.Go("Store."+method, a, &rep, make(chan *rpc.Call, 1))
+	select {
+	case <-call.Done:
+		if call.Error != nil {
+			return rep, fmt.Errorf("%w: memrpc: %v", driver.ErrUnavailable, call.Error)
+		}
+		return rep, nil
+	case <-ctx.Done():
+		return rep, ctx.Err()
+	}
+}
+
+func (b *rpcBackend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
+	rep, err := b.call(ctx, "TryAcquire", wire.Args{Name: req.Name, Token: req.Token, TTL: req.TTL})
+	if err != nil {
+		// Outcome unknown: free whatever may be held under our token.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, _ = b.call(rctx, "Release", wire.Args{Name: req.Name, Token: req.Token})
+		return nil, err
+	}
+	if rep.Code == wire.NotAcquired {
+		return nil, driver.ErrNotAcquired
+	}
+	return &rpcLease{b: b, name: req.Name, token: req.Token, fence: rep.Fence}, nil
+}
+
+func (b *rpcBackend) Wait(ctx context.Context, name string) error {
+	d := time.Second
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		d = time.Until(dl)
+	}
+	if d <= 0 {
+		return ctx.Err()
+	}
+	_, err := b.call(ctx, "Wait", wire.Args{Name: name, TTL: d})
+	return err
+}
+
+func (b *rpcBackend) Capabilities() driver.Capabilities {
+	c := Capabilities
+	c.Backend = "memrpc"
+	return c
+}
+
+func (b *rpcBackend) Close() error { return b.c.Close() }
+
+type rpcLease struct {
+	b           *rpcBackend
+	name, token string
+	fence       uint64
+}
+
+func (l *rpcLease) Fence() uint64 { return l.fence }
+
+func (l *rpcLease) Extend(ctx context.Context, ttl time.Duration) error {
+	return l.result(l.b.call(ctx, "Extend", wire.Args{Name: l.name, Token: l.token, TTL: ttl}))
+}
+
+func (l *rpcLease) Release(ctx context.Context) error {
+	return l.result(l.b.call(ctx, "Release", wire.Args{Name: l.name, Token: l.token}))
+}
+
+func (l *rpcLease) result(rep wire.Reply, err error) error {
+	if err != nil {
+		return err
+	}
+	if rep.Code != wire.OK {
+		return fmt.Errorf("%w: %q is not held under this lease's token", driver.ErrLeaseLost, l.name)
+	}
+	return nil
+}

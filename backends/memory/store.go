@@ -1,0 +1,171 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// Store is an in-memory lock table: the state every mem:// client on it
+// shares, as processes share a real store. Safe for concurrent use.
+// Locks expire on the process's monotonic clock; fences come from a
+// per-name counter that release and expiry never reset.
+type Store struct {
+	mu     sync.Mutex
+	locks  map[string]*entry
+	fences map[string]uint64
+	freed  map[string]chan struct{} // closed (and dropped) when the name is freed
+}
+
+type entry struct {
+	session Session
+	token   string
+	fence   uint64
+	expires time.Time
+	timer   *time.Timer
+	lost    chan struct{} // closed when the store drops the lock (not on release)
+}
+
+// NewStore returns an empty Store.
+func NewStore() *Store {
+	return &Store{locks: map[string]*entry{}, fences: map[string]uint64{}, freed: map[string]chan struct{}{}}
+}
+
+// TryAcquire takes name for token if it is free. It returns the new fence
+// and a channel closed if the store later drops the lock (expiry, Expire).
+func (s *Store) TryAcquire(name, token string, ttl time.Duration) (uint64, <-chan struct{}, error) {
+	return s.tryAcquire(0, name, token, ttl)
+}
+
+// Session identifies one mem:// client's locks in its Store (see
+// KillSession). Get a client's with Client.As.
+type Session uint64
+
+// KillSession drops every lock held through session at once, as a store
+// does when a client's session or connection dies: the leases report loss
+// and waiters wake. It returns how many locks were dropped.
+func (s *Store) KillSession(session Session) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for name, e := range s.locks {
+		if e.session == session && session != 0 {
+			s.drop(name, e)
+			close(e.lost)
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Store) tryAcquire(session Session, name, token string, ttl time.Duration) (uint64, <-chan struct{}, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.locks[name]; e != nil {
+		return 0, nil, driver.ErrNotAcquired
+	}
+	s.fences[name]++
+	e := &entry{session: session, token: token, fence: s.fences[name], expires: time.Now().Add(ttl), lost: make(chan struct{})}
+	e.timer = time.AfterFunc(ttl, func() { s.expireIfDue(name, e) })
+	s.locks[name] = e
+	return e.fence, e.lost, nil
+}
+
+// Extend sets the lock's expiry to ttl from now if token still holds it.
+func (s *Store) Extend(name, token string, ttl time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.locks[name]
+	if e == nil || e.token != token {
+		return fmt.Errorf("%w: %q is not held under this lease's token", driver.ErrLeaseLost, name)
+	}
+	e.expires = time.Now().Add(ttl)
+	e.timer.Reset(ttl)
+	return nil
+}
+
+// Release frees the lock if token still holds it.
+func (s *Store) Release(name, token string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.locks[name]
+	if e == nil || e.token != token {
+		return fmt.Errorf("%w: %q is not held under this lease's token", driver.ErrLeaseLost, name)
+	}
+	s.drop(name, e)
+	return nil
+}
+
+// Expire drops the lock on name at once, as if its TTL had passed: the
+// holder's lease reports loss and waiters wake. It reports whether a lock
+// was held.
+func (s *Store) Expire(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.locks[name]
+	if e == nil {
+		return false
+	}
+	s.drop(name, e)
+	close(e.lost)
+	return true
+}
+
+// Holder returns the token and fence holding name, if any.
+func (s *Store) Holder(name string) (token string, fence uint64, held bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.locks[name]; e != nil {
+		return e.token, e.fence, true
+	}
+	return "", 0, false
+}
+
+// Wait returns nil as soon as name is free (at once if it is), or ctx's
+// error.
+func (s *Store) Wait(ctx context.Context, name string) error {
+	s.mu.Lock()
+	if s.locks[name] == nil {
+		s.mu.Unlock()
+		return nil
+	}
+	ch := s.freed[name]
+	if ch == nil {
+		ch = make(chan struct{})
+		s.freed[name] = ch
+	}
+	s.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Store) expireIfDue(name string, e *entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.locks[name] != e {
+		return // released or replaced meanwhile
+	}
+	if rem := time.Until(e.expires); rem > 0 {
+		e.timer.Reset(rem) // extended after the timer fired
+		return
+	}
+	s.drop(name, e)
+	close(e.lost)
+}
+
+// drop removes e and wakes waiters. Callers hold s.mu.
+func (s *Store) drop(name string, e *entry) {
+	e.timer.Stop()
+	delete(s.locks, name)
+	if ch := s.freed[name]; ch != nil {
+		close(ch)
+		delete(s.freed, name)
+	}
+}

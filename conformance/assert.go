@@ -1,0 +1,58 @@
+package conformance
+
+import (
+	"errors"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
+
+func mustIs(t TB, err, target error, what string) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: got error %v, want one matching %v", what, err, target)
+	}
+}
+
+func mustNil(t TB, err error, what string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// opts builds AcquireOptions.
+func opts(ttl time.Duration, renew bool) *fencelock.AcquireOptions {
+	return &fencelock.AcquireOptions{TTL: ttl, AutoRenew: fencelock.Bool(renew)}
+}
+
+// waitDone waits for l to end, at most d; reports whether it ended.
+func waitDone(l *fencelock.Lease, d time.Duration) bool {
+	select {
+	case <-l.Done():
+		return true
+	default:
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-l.Done():
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// checkFence asserts next is greater than prev when the backend fences.
+func (e *env) checkFence(t TB, prev, next fencelock.Fence, what string) {
+	t.Helper()
+	if e.caps.Fence == fencelock.FenceNone {
+		return
+	}
+	if next <= prev {
+		t.Fatalf("%s: fence %d is not greater than the earlier %d", what, next, prev)
+	}
+	if next.Int64() <= 0 {
+		t.Fatalf("%s: fence %d does not fit a positive int64", what, next)
+	}
+}

@@ -1,0 +1,185 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fencelock/fencelock"
+)
+
+func init() {
+	register(
+		check{"StoreSideLossSignalled", testStoreLoss},
+		check{"SessionKillLosesLease", testSessionKill},
+		check{"CloseReleasesAndEndsWaiters", testClose},
+		check{"InvalidInput", testInvalidInput},
+		check{"NoGoroutineLeaks", testNoLeaks},
+	)
+}
+
+// testStoreLoss: when the store drops the lease (Expirer hook), Done,
+// Err and Context report it within TTL + margin, and another client can
+// take the lock with a higher fence.
+func testStoreLoss(t TB, e *env) {
+	x, ok := e.h.(Expirer)
+	if !ok {
+		t.Skipf("harness has no Expirer hook; loss by deadline is covered by ExpiredHolderYieldsToHigherFence")
+	}
+	a, b := e.client(), e.client()
+	name := e.name("x")
+	l, err := a.TryAcquire(e.ctx, name, opts(e.ttl, true))
+	mustNil(t, err, "TryAcquire")
+	mustNil(t, x.Expire(e.ctx, e.key(name)), "Expire")
+	if !waitDone(l, e.ttl+e.margin) {
+		t.Fatalf("Done not closed %v after the store dropped the lease", e.ttl+e.margin)
+	}
+	mustIs(t, l.Err(), fencelock.ErrLeaseLost, "Err after store-side loss")
+	mustIs(t, context.Cause(l.Context()), fencelock.ErrLeaseLost, "Context cause after store-side loss")
+	l2, err := b.Acquire(e.ctx, name, &fencelock.AcquireOptions{TTL: longTTL, Wait: e.ttl + e.margin})
+	mustNil(t, err, "Acquire after store-side loss")
+	defer l2.Release(e.ctx)
+	e.checkFence(t, l.Fence(), l2.Fence(), "grant after store-side loss")
+	mustIs(t, l.Release(e.ctx), fencelock.ErrLeaseLost, "Release after store-side loss")
+	if l2.Err() != nil {
+		t.Fatalf("new holder's lease ended after the stale Release: %v", l2.Err())
+	}
+}
+
+func testSessionKill(t TB, e *env) {
+	k, ok := e.h.(SessionKiller)
+	if !ok {
+		t.Skipf("harness has no SessionKiller hook")
+	}
+	a, b := e.client(), e.client()
+	name := e.name("x")
+	l, err := a.TryAcquire(e.ctx, name, opts(e.ttl, true))
+	mustNil(t, err, "TryAcquire")
+	mustNil(t, k.KillSession(e.ctx, a), "KillSession")
+	l2, err := b.Acquire(e.ctx, name, &fencelock.AcquireOptions{TTL: longTTL, Wait: 2*e.ttl + e.margin})
+	mustNil(t, err, "Acquire after the holder's session was killed")
+	defer l2.Release(e.ctx)
+	e.checkFence(t, l.Fence(), l2.Fence(), "grant after session kill")
+	if !waitDone(l, e.ttl+e.margin) {
+		t.Fatalf("lease not reported lost after its session was killed and another client took the lock")
+	}
+	mustIs(t, l.Err(), fencelock.ErrLeaseLost, "Err after session kill")
+}
+
+func testClose(t TB, e *env) {
+	a, b := e.client(), e.client()
+	name := e.name("x")
+	l, err := a.TryAcquire(e.ctx, name, opts(longTTL, true))
+	mustNil(t, err, "TryAcquire")
+	other := name + "-other"
+	hb, err := b.TryAcquire(e.ctx, other, opts(longTTL, true))
+	mustNil(t, err, "TryAcquire")
+	defer hb.Release(e.ctx)
+	waitErr := make(chan error, 1)
+	go func() {
+		_, err := a.Acquire(e.ctx, other, nil) // blocks behind b's hold
+		waitErr <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // let it start waiting; either way Close must end it
+	mustNil(t, a.Close(), "Close")
+	if !waitDone(l, e.margin) {
+		t.Fatalf("lease held through a closed client did not end")
+	}
+	mustIs(t, l.Err(), fencelock.ErrLeaseLost, "Err of a lease whose client closed")
+	mustIs(t, l.Err(), fencelock.ErrClosed, "Err of a lease whose client closed")
+	select {
+	case err := <-waitErr:
+		mustIs(t, err, fencelock.ErrClosed, "Acquire waiting when its client closed")
+	case <-time.After(e.margin):
+		t.Fatalf("Acquire still waiting %v after its client closed", e.margin)
+	}
+	// Close released the lock in the store.
+	l2, err := b.TryAcquire(e.ctx, name, opts(longTTL, true))
+	mustNil(t, err, "TryAcquire of a lock whose client closed")
+	_ = l2.Release(e.ctx)
+	_, err = a.TryAcquire(e.ctx, name, nil)
+	mustIs(t, err, fencelock.ErrClosed, "TryAcquire after Close")
+	_, err = a.Acquire(e.ctx, name, nil)
+	mustIs(t, err, fencelock.ErrClosed, "Acquire after Close")
+	mustIs(t, a.Close(), fencelock.ErrClosed, "second Close")
+}
+
+func testInvalidInput(t TB, e *env) {
+	c := e.client()
+	long := string(make([]byte, fencelock.MaxNameLen+1))
+	cases := []struct {
+		what string
+		name string
+		o    *fencelock.AcquireOptions
+	}{
+		{"empty name", "", nil},
+		{"name over 1 KiB", long, nil},
+		{"invalid UTF-8", "bad\xffname", nil},
+		{"NUL byte", "a\x00b", nil},
+		{"negative TTL", "x", &fencelock.AcquireOptions{TTL: -time.Second}},
+		{"TTL over MaxTTL", "x", &fencelock.AcquireOptions{TTL: fencelock.MaxTTL + time.Hour}},
+		{"negative Wait", "x", &fencelock.AcquireOptions{Wait: -time.Second}},
+		{"negative MaxHold", "x", &fencelock.AcquireOptions{MaxHold: -time.Second}},
+	}
+	if m := e.caps.MinTTL; m > time.Nanosecond {
+		cases = append(cases, struct {
+			what string
+			name string
+			o    *fencelock.AcquireOptions
+		}{"TTL below MinTTL", "x", &fencelock.AcquireOptions{TTL: m - 1}})
+	}
+	for _, tc := range cases {
+		_, err := c.TryAcquire(e.ctx, tc.name, tc.o)
+		mustIs(t, err, fencelock.ErrInvalid, "TryAcquire with "+tc.what)
+		_, err = c.Acquire(e.ctx, tc.name, tc.o)
+		mustIs(t, err, fencelock.ErrInvalid, "Acquire with "+tc.what)
+		var fe *fencelock.Error
+		if !errors.As(err, &fe) || len(err.Error()) < 20 {
+			t.Errorf("%s: want a *fencelock.Error with a message saying what to do, got %v", tc.what, err)
+		}
+	}
+}
+
+// testNoLeaks: a client's goroutines (renewal, waits, watches, pub/sub)
+// all end after Release and Close.
+func testNoLeaks(t TB, e *env) {
+	before := goleak.IgnoreCurrent()
+	func() {
+		a, err := e.h.MakeClient(e.ctx, &fencelock.Options{Prefix: e.prefix})
+		mustNil(t, err, "MakeClient")
+		b, err := e.h.MakeClient(e.ctx, &fencelock.Options{Prefix: e.prefix})
+		mustNil(t, err, "MakeClient")
+		name := e.name("x")
+		l, err := a.TryAcquire(e.ctx, name, opts(e.ttl, true))
+		mustNil(t, err, "TryAcquire")
+		got := make(chan error, 1)
+		go func() {
+			l2, err := b.Acquire(e.ctx, name, opts(e.ttl, true))
+			if err == nil {
+				err = l2.Release(e.ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(e.ttl / 2)
+		mustNil(t, l.Release(e.ctx), "Release")
+		mustNil(t, <-got, "waiter")
+		// A lease left held is released by Close.
+		_, err = a.TryAcquire(e.ctx, name+"-left", opts(e.ttl, true))
+		mustNil(t, err, "TryAcquire")
+		mustNil(t, a.Close(), "Close")
+		mustNil(t, b.Close(), "Close")
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := goleak.Find(before)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutines left after Release and Close: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
