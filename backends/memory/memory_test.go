@@ -26,18 +26,29 @@ func newHarness(rpc bool) conformance.HarnessMaker {
 		if err != nil {
 			return nil, err
 		}
-		h := &harness{s: memory.NewStore(), ln: ln, rpc: rpc, done: make(chan struct{})}
+		h := &harness{s: memory.NewStore(), ln: ln, done: make(chan struct{})}
 		go func() { defer close(h.done); _ = memory.Serve(ln, h.s) }()
+		if rpc {
+			return rpcHarness{h}, nil
+		}
 		return h, nil
 	}
 }
 
 func (h *harness) MakeClient(ctx context.Context, opts *fencelock.Options) (*fencelock.Client, error) {
-	if h.rpc {
-		return fencelock.DefaultURLMux().Open(ctx, h.URL(), opts)
-	}
 	return memory.New(h.s, opts), nil
 }
+
+// rpcHarness makes memrpc:// clients of the same served Store; it has no
+// session to kill.
+type rpcHarness struct{ h *harness }
+
+func (r rpcHarness) MakeClient(ctx context.Context, opts *fencelock.Options) (*fencelock.Client, error) {
+	return fencelock.DefaultURLMux().Open(ctx, r.h.URL(), opts)
+}
+func (r rpcHarness) URL() string                                  { return r.h.URL() }
+func (r rpcHarness) Close()                                       { r.h.Close() }
+func (r rpcHarness) Expire(ctx context.Context, key string) error { return r.h.Expire(ctx, key) }
 
 func (h *harness) URL() string { return "memrpc://" + h.ln.Addr().String() }
 
@@ -63,3 +74,7 @@ func (h *harness) KillSession(_ context.Context, c *fencelock.Client) error {
 }
 
 func TestConformance(t *testing.T) { conformance.RunConformanceTests(t, newHarness(false)) }
+
+func TestConformanceRPC(t *testing.T) { conformance.RunConformanceTests(t, newHarness(true)) }
+
+func BenchmarkMemory(b *testing.B) { conformance.RunBenchmarks(b, newHarness(false)) }

@@ -1,0 +1,97 @@
+package redis
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// keys are the Redis names used for one lock. See the package doc.
+type keys struct {
+	lock    string // the lock key: the (prefixed) name exactly as given
+	fence   string // the fence counter; no TTL, never deleted
+	channel string // the pub/sub channel Release publishes to
+}
+
+// keysFor maps a lock key to its keys. The fence key and the channel share
+// a hash tag whose Cluster slot is the lock key's slot, so one script can
+// touch both keys on any deployment.
+func keysFor(lock string) keys {
+	base := slotBase(lock)
+	return keys{lock: lock, fence: base + ":fence", channel: base + ":released"}
+}
+
+// slotBase returns a string whose hash tag hashes to lock's Cluster slot:
+//   - lock itself, if it holds a valid hash tag ("{...}" with at least one
+//     byte inside; Redis then hashes only that part);
+//   - "{" + lock + "}" if lock has no '}' (the whole key is hashed, and the
+//     braces make all of it the tag);
+//   - otherwise (a '}' but no valid tag, e.g. "a}b" or "x{}y"): "{" + t +
+//     "}" + lock, where t is the smallest integer, written in base 36, whose
+//     slot is lock's slot.
+func slotBase(lock string) string {
+	switch {
+	case hasHashTag(lock):
+		return lock
+	case !strings.Contains(lock, "}"):
+		return "{" + lock + "}"
+	}
+	return "{" + slotTag(keySlot(lock)) + "}" + lock
+}
+
+// hasHashTag reports whether Redis Cluster would hash only a part of key:
+// a '{' followed later by a '}' with at least one byte between them.
+func hasHashTag(key string) bool {
+	s := strings.IndexByte(key, '{')
+	if s < 0 {
+		return false
+	}
+	e := strings.IndexByte(key[s+1:], '}')
+	return e > 0
+}
+
+// keySlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash
+// tag, or of the whole key without one, modulo 16384.
+func keySlot(key string) int {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			key = key[s+1 : s+1+e]
+		}
+	}
+	return int(crc16(key) & 16383)
+}
+
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+var (
+	slotTagsOnce sync.Once
+	slotTags     []string
+)
+
+// slotTag returns the smallest integer, in base 36, whose slot is slot.
+func slotTag(slot int) string {
+	slotTagsOnce.Do(func() {
+		slotTags = make([]string, 16384)
+		for left, i := 16384, int64(0); left > 0; i++ {
+			t := strconv.FormatInt(i, 36)
+			if s := keySlot(t); slotTags[s] == "" {
+				slotTags[s] = t
+				left--
+			}
+		}
+	})
+	return slotTags[slot]
+}

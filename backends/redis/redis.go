@@ -1,0 +1,213 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireLua string
+	//go:embed release.lua
+	releaseLua string
+	//go:embed extend.lua
+	extendLua string
+
+	acquireScript = goredis.NewScript(acquireLua)
+	releaseScript = goredis.NewScript(releaseLua)
+	extendScript  = goredis.NewScript(extendLua)
+)
+
+// MinTTL is the shortest lease TTL the backend accepts. Redis itself keeps
+// millisecond expiries exactly (an expired key is gone to every command that
+// touches it), but the portable lease ends locally 2 ms + 1% before its TTL
+// and renews at TTL/3, so below 10 ms one scheduling hiccup or network round
+// trip under load costs the lease. 10 ms is the floor where the local
+// validity window (about 7.9 ms) still spans several loopback round trips.
+const MinTTL = 10 * time.Millisecond
+
+// cleanupTimeout bounds the release TryAcquire runs, on a detached context,
+// when it cannot tell whether its script ran. It is also capped by the TTL:
+// after the TTL the lock frees itself.
+const cleanupTimeout = 2 * time.Second
+
+var capabilities = driver.Capabilities{
+	Backend:        "redis",
+	Fence:          driver.FenceTimeFloored,
+	FenceSource:    "max(stored + 1, server TIME in µs), in the same Lua script as SET NX PX; key {<lock key>}:fence, no TTL, never deleted",
+	MinTTL:         MinTTL,
+	TTLGranularity: time.Millisecond,
+	TimeAuthority:  driver.TimeServer,
+	Wait:           driver.WaitNotify,
+	FIFO:           false,
+	NodeLoss:       driver.NodeLossUnsafe,
+}
+
+// New returns a Client that keeps its locks in Redis through client: a
+// *goredis.Client for one server, a *goredis.ClusterClient for Redis Cluster
+// (or a failover client). opts may be nil. New panics if client is nil.
+//
+// The Client does not own client: Client.Close stops the Client's own
+// pub/sub subscription and goroutines but leaves client open for the caller
+// to close after it. Set ContextTimeoutEnabled in the go-redis options:
+// without it go-redis bounds a call by its ReadTimeout (3s by default), not
+// by the caller's ctx, so a cancelled Acquire or a renewal past the lease's
+// validity deadline waits for that timeout before it returns.
+func New(client goredis.UniversalClient, opts *fencelock.Options) *fencelock.Client {
+	if client == nil {
+		panic("fencelock/backends/redis: New with a nil go-redis client")
+	}
+	return fencelock.New(newBackend(client, false), opts)
+}
+
+// backend is the Redis driver. It implements driver.Backend, driver.Waiter
+// and driver.Aser.
+type backend struct {
+	client goredis.UniversalClient
+	owns   bool // Close closes client (clients opened from a URL)
+	hub    *hub
+}
+
+var (
+	_ driver.Backend = (*backend)(nil)
+	_ driver.Waiter  = (*backend)(nil)
+	_ driver.Aser    = (*backend)(nil)
+)
+
+func newBackend(client goredis.UniversalClient, owns bool) *backend {
+	return &backend{client: client, owns: owns, hub: newHub(client)}
+}
+
+func (b *backend) Capabilities() driver.Capabilities { return capabilities }
+
+// TryAcquire runs the acquire script once. When the script may have run but
+// its reply was lost (ctx ended, connection broken, server error), it runs
+// the release script for req.Token on a detached context before returning,
+// so that an error leaves nothing held; if that fails too, the error also
+// wraps ErrIndeterminate.
+func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
+	k := keysFor(req.Name)
+	res, err := acquireScript.Run(ctx, b.client, []string{k.lock, k.fence}, req.Token, millis(req.TTL)).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("acquire script returned %v, want {fence, pttl}", res)
+	}
+	if err != nil {
+		cause := classify(ctx, "acquire", err)
+		if notSent(err) {
+			return nil, cause
+		}
+		return nil, b.cleanup(ctx, k, req, cause)
+	}
+	if res[0] <= 0 {
+		return nil, notAcquired(time.Duration(res[1]) * time.Millisecond)
+	}
+	return &lease{b: b, k: k, token: req.Token, fence: uint64(res[0])}, nil
+}
+
+// cleanup removes a lock that an interrupted acquire may have left under
+// req.Token, and returns cause (or cause plus ErrIndeterminate).
+func (b *backend) cleanup(ctx context.Context, k keys, req driver.AcquireRequest, cause error) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
+	defer cancel()
+	if err := releaseScript.Run(cctx, b.client, []string{k.lock}, req.Token, k.channel).Err(); err != nil {
+		return fmt.Errorf("%w: %w; the lock may stay held under this attempt's token until its TTL of %v ends (removing it failed: %v)",
+			driver.ErrIndeterminate, cause, req.TTL, err)
+	}
+	return cause
+}
+
+func notAcquired(pttl time.Duration) error {
+	if pttl == -1*time.Millisecond {
+		return fmt.Errorf("%w: the Redis key has no expiry, so its holder is not a lease (a redis-py Lock with timeout=None?) and it never frees itself; fencelock never takes such a key over: delete it by hand if its owner is gone", driver.ErrNotAcquired)
+	}
+	return fmt.Errorf("%w (the holder's lease expires in %v unless renewed)", driver.ErrNotAcquired, pttl)
+}
+
+// Wait implements driver.Waiter through the client's one shared pub/sub
+// subscription; see hub.wait.
+func (b *backend) Wait(ctx context.Context, name string) error {
+	return b.hub.wait(ctx, keysFor(name))
+}
+
+// As sets *target to the go-redis client for target types
+// *goredis.UniversalClient, **goredis.Client and **goredis.ClusterClient.
+func (b *backend) As(target any) bool {
+	switch t := target.(type) {
+	case *goredis.UniversalClient:
+		*t = b.client
+		return true
+	case **goredis.Client:
+		c, ok := b.client.(*goredis.Client)
+		if ok {
+			*t = c
+		}
+		return ok
+	case **goredis.ClusterClient:
+		c, ok := b.client.(*goredis.ClusterClient)
+		if ok {
+			*t = c
+		}
+		return ok
+	}
+	return false
+}
+
+// Close stops the pub/sub subscription and its goroutines, and closes the
+// go-redis client if the backend opened it (from a URL).
+func (b *backend) Close() error {
+	b.hub.close()
+	if b.owns {
+		if err := b.client.Close(); err != nil {
+			return fmt.Errorf("redis close: %w", err)
+		}
+	}
+	return nil
+}
+
+// lease is a granted lock: the lock key holds token.
+type lease struct {
+	b     *backend
+	k     keys
+	token string
+	fence uint64
+}
+
+func (l *lease) Fence() uint64 { return l.fence }
+
+// Extend resets the key's expiry to ttl, only while it holds our token.
+func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
+	n, err := extendScript.Run(ctx, l.b.client, []string{l.k.lock}, l.token, millis(ttl)).Int64()
+	if err != nil {
+		return classify(ctx, "extend", err)
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: the Redis key no longer holds this lease's token (it expired, or another owner took it)", driver.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Release deletes the key only while it holds our token, and publishes a
+// release notice for waiters.
+func (l *lease) Release(ctx context.Context) error {
+	n, err := releaseScript.Run(ctx, l.b.client, []string{l.k.lock}, l.token, l.k.channel).Int64()
+	if err != nil {
+		return classify(ctx, "release", err)
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: the Redis key no longer held this lease's token (it expired, or another owner took it)", driver.ErrLeaseLost)
+	}
+	return nil
+}
+
+// millis rounds d up to whole milliseconds (PX): the store keeps the lock
+// at least as long as the portable layer believes it is held.
+func millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
