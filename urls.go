@@ -92,7 +92,7 @@ func (m *URLMux) Open(ctx context.Context, rawURL string, opts *Options) (*Clien
 	const op = "open"
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, &Error{Op: op, Err: fmt.Errorf("%w: malformed URL %q: %v", ErrInvalid, rawURL, err)}
+		return nil, &Error{Op: op, Err: fmt.Errorf("%w: malformed URL %q: %v; want scheme://..., e.g. redis://127.0.0.1:6379/0 (registered schemes: %s)", ErrInvalid, rawURL, err, m.schemeList())}
 	}
 	if u.Scheme == "" {
 		return nil, &Error{Op: op, Err: fmt.Errorf("%w: URL %q has no scheme: use one of %s", ErrInvalid, rawURL, m.schemeList())}

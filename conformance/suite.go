@@ -279,16 +279,25 @@ func NewURLHarness(ctx context.Context, url string) (Harness, error) {
 	if err != nil {
 		return nil, err
 	}
-	_ = c.Close()
-	return urlHarness{url: url}, nil
+	defer c.Close()
+	// mem:// lives in this process: a child process cannot share it.
+	return urlHarness{url: url, shared: c.Capabilities().Backend != "mem"}, nil
 }
 
-type urlHarness struct{ url string }
+type urlHarness struct {
+	url    string
+	shared bool // another process can open url and see the same locks
+}
 
 func (h urlHarness) MakeClient(ctx context.Context, opts *fencelock.Options) (*fencelock.Client, error) {
 	return fencelock.DefaultURLMux().Open(ctx, h.url, opts)
 }
-func (h urlHarness) URL() string { return h.url }
+func (h urlHarness) URL() string {
+	if !h.shared {
+		return ""
+	}
+	return h.url
+}
 func (h urlHarness) Close()      {}
 
 // exe is the running binary, re-executed by the process-freeze check.

@@ -51,6 +51,15 @@ func New(s *Store, opts *fencelock.Options) *fencelock.Client {
 	return fencelock.New(newBackend(s), opts)
 }
 
+// NewDriver returns the mem:// driver on store s (a new Store if nil), for
+// wrapping in a custom driver; most code wants New.
+func NewDriver(s *Store) driver.Backend {
+	if s == nil {
+		s = NewStore()
+	}
+	return newBackend(s)
+}
+
 var lastSession atomic.Uint64
 
 func newBackend(s *Store) *backend {

@@ -1,0 +1,68 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// fail maps an error of the request op to the driver's errors, wrapping
+// it once: the caller's ctx error stays visible to errors.Is; a cluster
+// that did not answer or has no leader becomes ErrUnavailable.
+func (b *backend) fail(ctx context.Context, op string, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		if !b.connected() {
+			return fmt.Errorf("%w: etcd %s: no etcd endpoint is connected: %w", driver.ErrUnavailable, op, cerr)
+		}
+		return fmt.Errorf("etcd %s: %w", op, cerr)
+	}
+	switch {
+	case b.cli.Ctx().Err() != nil:
+		return fmt.Errorf("%w: etcd %s: the etcd client is closed", driver.ErrUnavailable, op)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return fmt.Errorf("%w: etcd %s: no answer within %v (request timeout)", driver.ErrUnavailable, op, b.timeout)
+	case isLeaseNotFound(err):
+		return fmt.Errorf("%w: etcd %s: %v", driver.ErrLeaseLost, op, err)
+	case unavailable(err):
+		return fmt.Errorf("%w: etcd %s: %v", driver.ErrUnavailable, op, err)
+	}
+	return fmt.Errorf("etcd %s: %w", op, err)
+}
+
+// connected reports whether the client has a ready connection to some
+// endpoint.
+func (b *backend) connected() bool {
+	conn := b.cli.ActiveConnection()
+	return conn != nil && conn.GetState() == connectivity.Ready
+}
+
+func isLeaseNotFound(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, rpctypes.ErrGRPCLeaseNotFound)
+}
+
+// unavailable reports errors that mean "the cluster could not serve it
+// now": no leader, timeouts, lost connections.
+func unavailable(err error) bool {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		switch ee.Code() {
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted:
+			return true
+		}
+		return false
+	}
+	if s, ok := status.FromError(err); ok {
+		switch s.Code() {
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted:
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,375 @@
+// Package etcd is the etcd:// backend: locks that follow etcd's own
+// concurrency.Mutex protocol, with a fence taken from the cluster revision.
+//
+//	import (
+//		clientv3 "go.etcd.io/etcd/client/v3"
+//		"github.com/fencelock/fencelock/backends/etcd"
+//	)
+//
+//	cli, _ := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}})
+//	locks := etcd.New(cli, nil)
+//
+// # Key layout and interoperability
+//
+// A lock on store key K (the lock name with Options.Prefix in front) is a
+// set of keys under the lock prefix
+//
+//	P = KeyPrefix + escape(K)
+//
+// one per contender: P + "/" + the contender's etcd lease ID in lowercase
+// hex, with an empty value, attached to that lease. KeyPrefix is
+// Config.KeyPrefix, or the URL path plus "/" (etcd://host:2379/locks gives
+// "locks/"); it is used verbatim. escape replaces "%" with "%25" and "/"
+// with "%2F" and leaves every other byte alone, so that two lock prefixes
+// are never '/'-prefixes of each other: without it a Mutex on "a" (which
+// reads every key under "a/") would see the contenders of "a/b" and block
+// on them. LockPrefix computes P.
+//
+// The contender whose key has the lowest CreateRevision holds the lock.
+// That is exactly etcd's concurrency.Mutex (and `etcdctl lock`), so a Mutex
+// made with concurrency.NewMutex(session, etcd.LockPrefix(prefix, K)), or
+// `etcdctl lock P`, and this backend exclude each other. Names without "/"
+// or "%" map to themselves: `etcdctl lock locks/job` and the name "job"
+// under etcd://host/locks share a lock.
+//
+// # Fences
+//
+// The fence is the CreateRevision of our key: a cluster-wide raft revision,
+// so every later holder of the name (whose key is created later) has a
+// greater one, across releases, expiry, client crashes, member restarts and
+// leader elections (FenceStrict). Guard turns a lease into an etcd Txn
+// comparison for data kept in etcd itself.
+//
+// # TTLs and leases
+//
+// Every acquisition gets its own etcd lease with the lease TTL rounded up to
+// whole seconds (TTLGranularity 1s, MinTTL 1s). etcd itself raises a TTL
+// below 1.5 × its election timeout, rounded up: 2 s with etcd's default
+// 1 s election timeout. The server then keeps the lock longer than asked;
+// the client side still ends the lease at the TTL it asked for, which is
+// safe. Renewal (Lease.Extend and auto-renew) is a lease KeepAliveOnce plus
+// a check that our key still exists. etcd cannot change a lease's TTL, so
+// Extend with a TTL of another whole number of seconds moves our key to a
+// new lease with that TTL (a Put that keeps the key's CreateRevision, hence
+// the fence and the place in the queue) and revokes the old lease. Release
+// deletes our key (only if it is still ours) and revokes the lease.
+//
+// # Waiting and loss
+//
+// A blocked Acquire keeps its key (and its place in the FIFO queue) and
+// watches only the key just ahead of it, so a release wakes one waiter and
+// no herd. The watch starts at the current revision, which etcd serves at
+// once (a watch from an older revision waits for etcd's 100 ms catch-up
+// loop). After every wake-up the waiter checks again that its own key still
+// exists before it counts itself the holder (the check whose absence caused
+// Jepsen's etcd 3.4.3 finding); if its key is gone (its lease expired, or
+// someone deleted it) it queues again with a new lease. Its lease is kept
+// alive while it waits. A held lease watches its own key: a deletion that
+// is not our Release (lease expiry, revocation, etcdctl del) ends the lease
+// at once (Lease.Done), as does a renewal that finds the lease gone.
+//
+// # Errors
+//
+// A cluster that does not answer within Config.RequestTimeout (default 5 s)
+// yields errors wrapping fencelock.ErrUnavailable; when the caller's ctx
+// ends first the error matches the ctx error (and ErrUnavailable too if no
+// endpoint was connected).
+//
+// # As
+//
+// Client.As supports **clientv3.Client.
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// Capabilities of the etcd:// backend.
+var Capabilities = driver.Capabilities{
+	Backend:        "etcd",
+	Fence:          driver.FenceStrict,
+	FenceSource:    "CreateRevision of the lock key (raft revision)",
+	MinTTL:         time.Second,
+	TTLGranularity: time.Second,
+	TimeAuthority:  driver.TimeServer,
+	Wait:           driver.WaitQueue,
+	FIFO:           true,
+	NodeLoss:       driver.NodeLossQuorum,
+}
+
+// DefaultRequestTimeout bounds each etcd request when Config.RequestTimeout
+// is 0.
+const DefaultRequestTimeout = 5 * time.Second
+
+// Config configures the etcd backend beyond fencelock.Options.
+// The zero value (or nil) gives the defaults.
+type Config struct {
+	// KeyPrefix is prepended verbatim (not escaped) to every lock prefix,
+	// e.g. "locks/". Default: none.
+	KeyPrefix string
+	// RequestTimeout bounds each etcd request; past it the cluster counts
+	// as unavailable. Default: DefaultRequestTimeout.
+	RequestTimeout time.Duration
+}
+
+// New returns a Client that keeps its locks in etcd through cli. The caller
+// keeps ownership of cli: closing the Client does not close cli. opts may
+// be nil.
+func New(cli *clientv3.Client, opts *fencelock.Options) *fencelock.Client {
+	return NewWithConfig(cli, nil, opts)
+}
+
+// NewWithConfig is New with backend settings. cfg and opts may be nil.
+func NewWithConfig(cli *clientv3.Client, cfg *Config, opts *fencelock.Options) *fencelock.Client {
+	return fencelock.New(newBackend(cli, cfg, false), opts)
+}
+
+// LockPrefix returns the etcd key prefix of the lock with store key key
+// (the lock name with fencelock.Options.Prefix in front) under keyPrefix
+// (Config.KeyPrefix, or the URL path plus "/"). Pass it to
+// concurrency.NewMutex or `etcdctl lock` to share the lock.
+func LockPrefix(keyPrefix, key string) string { return keyPrefix + escape(key) }
+
+// escape replaces "%" by "%25" and "/" by "%2F", so an escaped name has no
+// "/" and distinct names never become '/'-prefixes of each other.
+func escape(s string) string {
+	if !strings.ContainsAny(s, "/%") {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '/':
+			b.WriteString("%2F")
+		case '%':
+			b.WriteString("%25")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// ttlSeconds rounds ttl up to whole seconds, at least 1.
+func ttlSeconds(ttl time.Duration) int64 {
+	s := int64((ttl + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+var (
+	_ driver.Backend = (*backend)(nil)
+	_ driver.Blocker = (*backend)(nil)
+	_ driver.Aser    = (*backend)(nil)
+)
+
+type backend struct {
+	cli       *clientv3.Client
+	ownCli    bool
+	keyPrefix string
+	timeout   time.Duration
+
+	ctx    context.Context // cancelled by Close: stops loss watchers and waits
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	ops    sync.WaitGroup // acquires in flight and loss watchers
+	held   map[int64]*lease
+}
+
+func newBackend(cli *clientv3.Client, cfg *Config, own bool) *backend {
+	b := &backend{cli: cli, ownCli: own, timeout: DefaultRequestTimeout, held: map[int64]*lease{}}
+	if cfg != nil {
+		b.keyPrefix = cfg.KeyPrefix
+		if cfg.RequestTimeout > 0 {
+			b.timeout = cfg.RequestTimeout
+		}
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b
+}
+
+func (b *backend) Capabilities() driver.Capabilities { return Capabilities }
+
+// As supports **clientv3.Client.
+func (b *backend) As(target any) bool {
+	switch p := target.(type) {
+	case **clientv3.Client:
+		*p = b.cli
+	case **backend:
+		*p = b
+	default:
+		return false
+	}
+	return true
+}
+
+// Close stops the loss watchers, waits for acquires in flight to clean up,
+// and closes the etcd client if the backend opened it (by URL).
+func (b *backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+	b.cancel()
+	b.ops.Wait()
+	if b.ownCli && b.cli.Ctx().Err() == nil {
+		if err := b.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("etcd: close client: %w", err)
+		}
+	}
+	return nil
+}
+
+// begin registers an operation that Close must wait for.
+func (b *backend) begin() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return driver.ErrClosed
+	}
+	b.ops.Add(1)
+	return nil
+}
+
+// contender is our key in a lock's queue, before it is granted.
+type contender struct {
+	pfx  string // lock prefix, without the trailing "/"
+	key  string
+	id   clientv3.LeaseID
+	ttl  int64 // seconds
+	rev  int64 // CreateRevision of key
+	sent time.Time
+}
+
+// enqueue grants a lease and creates our key in one Txn (like
+// concurrency.Mutex), returning the contender and whether it holds the
+// lock (its key has the lowest CreateRevision under the prefix). On error
+// nothing is left in the store but, at worst, a lease with no key.
+func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration) (*contender, int64, bool, error) {
+	c := &contender{pfx: b.keyPrefix + escape(name), ttl: ttlSeconds(ttl), sent: time.Now()}
+	rctx, cancel := b.rpcCtx(ctx)
+	g, err := b.cli.Grant(rctx, c.ttl)
+	cancel()
+	if err != nil {
+		return nil, 0, false, b.fail(ctx, "grant lease", err)
+	}
+	c.id = g.ID
+	c.key = fmt.Sprintf("%s/%x", c.pfx, int64(g.ID))
+	getOwner := clientv3.OpGet(c.pfx+"/", append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
+	rctx, cancel = b.rpcCtx(ctx)
+	resp, err := b.cli.Txn(rctx).
+		If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0)).
+		Then(clientv3.OpPut(c.key, "", clientv3.WithLease(g.ID)), getOwner).
+		Else(clientv3.OpGet(c.key, clientv3.WithKeysOnly()), getOwner).
+		Commit()
+	cancel()
+	if err != nil {
+		b.revoke(ctx, c.id)
+		return nil, 0, false, b.fail(ctx, "create lock key", err)
+	}
+	c.rev = resp.Header.Revision
+	if !resp.Succeeded { // our key exists already (a retried request)
+		c.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+	}
+	owner := resp.Responses[1].GetResponseRange().Kvs
+	held := len(owner) == 0 || owner[0].CreateRevision == c.rev
+	return c, resp.Header.Revision, held, nil
+}
+
+// TryAcquire is concurrency.Mutex.TryLock: queue, and leave at once (revoking
+// our lease, which deletes our key) unless we are first.
+func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
+	if err := b.begin(); err != nil {
+		return nil, err
+	}
+	defer b.ops.Done()
+	c, hdr, held, err := b.enqueue(ctx, req.Name, req.TTL)
+	if err != nil {
+		return nil, err
+	}
+	if !held {
+		b.revoke(ctx, c.id)
+		return nil, fmt.Errorf("%w: another contender is first under %q", driver.ErrNotAcquired, c.pfx)
+	}
+	if err := ctx.Err(); err != nil {
+		b.revoke(ctx, c.id)
+		return nil, err
+	}
+	return b.adopt(c, hdr), nil
+}
+
+// Acquire queues a key and waits for its turn (see the package doc).
+func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
+	if err := b.begin(); err != nil {
+		return nil, time.Time{}, err
+	}
+	defer b.ops.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(b.ctx, cancel) // Close ends waits
+	defer stop()
+	for {
+		c, hdr, held, err := b.enqueue(ctx, req.Name, req.TTL)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		if !held {
+			hdr, err = b.waitTurn(ctx, c)
+			if errors.Is(err, errRequeue) {
+				b.revoke(ctx, c.id)
+				continue
+			}
+			if err != nil {
+				b.revoke(ctx, c.id)
+				return nil, time.Time{}, err
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			b.revoke(ctx, c.id)
+			return nil, time.Time{}, b.fail(ctx, "acquire", err)
+		}
+		return b.adopt(c, hdr), c.sent, nil
+	}
+}
+
+// adopt turns a granted contender into a held lease and starts its loss
+// watch from revision hdr+1 (hdr: a revision at which the key existed).
+func (b *backend) adopt(c *contender, hdr int64) *lease {
+	l := &lease{b: b, key: c.key, rev: c.rev, id: c.id, ttl: c.ttl, lost: make(chan struct{})}
+	l.ctx, l.stop = context.WithCancel(b.ctx)
+	b.mu.Lock()
+	b.held[l.rev] = l
+	b.ops.Add(1)
+	b.mu.Unlock()
+	go l.watchLoss(hdr + 1)
+	return l
+}
+
+// revoke revokes a lease on a context detached from ctx (bounded by the
+// request timeout); that deletes the keys attached to it. Failures are
+// ignored: the lease then expires with its TTL.
+func (b *backend) revoke(ctx context.Context, id clientv3.LeaseID) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout)
+	defer cancel()
+	_, _ = b.cli.Revoke(rctx, id)
+}
+
+// rpcCtx bounds one request by the request timeout.
+func (b *backend) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.timeout)
+}

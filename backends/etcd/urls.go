@@ -1,0 +1,97 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// Scheme is the URL scheme this package registers:
+//
+//	etcd://[user:password@]host1:2379,host2:2379[/key/prefix][?request_timeout=5s]
+//
+// The hosts are the cluster's client endpoints (port 2379 if omitted). The
+// path, if any, plus "/" is Config.KeyPrefix. request_timeout sets
+// Config.RequestTimeout. The Client owns the etcd client it opens and
+// closes it on Close. For TLS or other client settings register a
+// URLOpener with them under another scheme, or use New.
+const Scheme = "etcd"
+
+func init() { fencelock.Register(Scheme, &URLOpener{}) }
+
+// URLOpener opens etcd:// URLs.
+type URLOpener struct {
+	// Client is the template for the etcd client (TLS, credentials, dial
+	// options, logger). Its Endpoints are replaced by the URL's hosts and
+	// its Username and Password by the URL's, if given. A nil Logger means
+	// silent: fencelock reports what matters through its own errors.
+	Client clientv3.Config
+	// RequestTimeout is the default for the request_timeout parameter.
+	RequestTimeout time.Duration
+}
+
+// OpenBackendURL opens a backend for u. It does no I/O: an unreachable
+// cluster shows on the first lock operation (ErrUnavailable).
+func (o *URLOpener) OpenBackendURL(ctx context.Context, u *url.URL) (driver.Backend, error) {
+	q := u.Query()
+	if err := fencelock.UnknownParams(q, "request_timeout"); err != nil {
+		return nil, err
+	}
+	cfg := Config{RequestTimeout: o.RequestTimeout}
+	if v := q.Get("request_timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("%w: etcd URL: request_timeout=%q: want a positive Go duration such as 5s", driver.ErrInvalid, v)
+		}
+		cfg.RequestTimeout = d
+	}
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		cfg.KeyPrefix = p + "/"
+	}
+	eps, err := endpoints(u.Host)
+	if err != nil {
+		return nil, err
+	}
+	cc := o.Client
+	cc.Endpoints = eps
+	cc.Context = nil // the client outlives the ctx of Open
+	if u.User != nil {
+		cc.Username = u.User.Username()
+		cc.Password, _ = u.User.Password()
+	}
+	if cc.Logger == nil {
+		cc.Logger = zap.NewNop()
+	}
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: etcd client for %s: %v", driver.ErrUnavailable, strings.Join(eps, ","), err)
+	}
+	return newBackend(cli, &cfg, true), nil
+}
+
+// endpoints splits "h1:2379,h2" into host:port endpoints.
+func endpoints(hosts string) ([]string, error) {
+	var eps []string
+	for _, h := range strings.Split(hosts, ",") {
+		if h == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(strings.Trim(h, "[]"), "2379")
+		}
+		eps = append(eps, h)
+	}
+	if len(eps) == 0 {
+		return nil, fmt.Errorf("%w: etcd URL has no hosts: want etcd://host1:2379,host2:2379/prefix", driver.ErrInvalid)
+	}
+	return eps, nil
+}

@@ -1,0 +1,166 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// errRequeue: our key vanished while we waited (lease expired or key
+// deleted); queue again with a new lease.
+var errRequeue = errors.New("etcd: our lock key vanished while waiting")
+
+// waitTurn waits until c's key is the first under its prefix, keeping c's
+// lease alive meanwhile. It returns a revision at which c's key existed
+// with no contender ahead of it, or errRequeue, or an error (ctx, store).
+// It leaves c's key in place; the caller revokes it on error.
+func (b *backend) waitTurn(ctx context.Context, c *contender) (int64, error) {
+	ttl := time.Duration(c.ttl) * time.Second
+	ka := time.NewTimer(ttl / 3)
+	defer ka.Stop()
+	var w *predWatch
+	defer func() { w.close() }()
+	needCheck := true
+	var lastHdr int64
+	for {
+		if needCheck {
+			needCheck = false
+			own, pred, hdr, err := b.check(ctx, c)
+			if err != nil {
+				return 0, err
+			}
+			if !own {
+				return 0, errRequeue
+			}
+			if pred == "" {
+				// Our turn. Refresh the lease first if its last refresh is
+				// old, so the portable deadline (from c.sent) is not short.
+				if time.Since(c.sent) > ttl/6 {
+					if err := b.keepAlive(ctx, c); err != nil {
+						return 0, err
+					}
+				}
+				return hdr, nil
+			}
+			lastHdr = hdr
+			if w != nil && w.key != pred {
+				w.close()
+				w = nil
+			}
+			if w == nil {
+				w = b.watchDelete(ctx, pred)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, b.fail(ctx, "wait", ctx.Err())
+		case wr, ok := <-w.ch:
+			switch {
+			case !ok || wr.Canceled || wr.Err() != nil:
+				// Lost watch (member down, no leader): check and watch
+				// again, after a short pause so a failing cluster is not
+				// hammered.
+				w.close()
+				w = nil
+				needCheck = true
+				if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+					return 0, b.fail(ctx, "wait", err)
+				}
+			case wr.Created:
+				// The watch covers events after its creation only: if
+				// anything happened since our check, check again now
+				// that the watch is in place.
+				needCheck = wr.Header.Revision > lastHdr
+			default:
+				for _, ev := range wr.Events {
+					if ev.Type == clientv3.EventTypeDelete {
+						needCheck = true
+					}
+				}
+			}
+		case <-ka.C:
+			err := b.keepAlive(ctx, c)
+			switch {
+			case errors.Is(err, errRequeue), ctx.Err() != nil:
+				return 0, err
+			case err != nil:
+				ka.Reset(ttl / 10) // retry soon; the check below surfaces a dead cluster
+			default:
+				ka.Reset(ttl / 3)
+			}
+			needCheck = true // also a poll, in case a watch event was lost
+		}
+	}
+}
+
+// check reads, in one Txn, whether c's key still exists and which key is
+// just ahead of it ("" if none).
+func (b *backend) check(ctx context.Context, c *contender) (own bool, pred string, hdr int64, err error) {
+	rctx, cancel := b.rpcCtx(ctx)
+	defer cancel()
+	ahead := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(c.rev-1), clientv3.WithKeysOnly())
+	resp, err := b.cli.Txn(rctx).Then(
+		clientv3.OpGet(c.key, clientv3.WithKeysOnly()),
+		clientv3.OpGet(c.pfx+"/", ahead...),
+	).Commit()
+	if err != nil {
+		return false, "", 0, b.fail(ctx, "check lock queue", err)
+	}
+	mine := resp.Responses[0].GetResponseRange().Kvs
+	own = len(mine) == 1 && mine[0].CreateRevision == c.rev
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		pred = string(kvs[0].Key)
+	}
+	return own, pred, resp.Header.Revision, nil
+}
+
+// keepAlive refreshes c's lease once and, on success, moves c.sent to when
+// the refresh was sent. errRequeue if the lease is gone.
+func (b *backend) keepAlive(ctx context.Context, c *contender) error {
+	sent := time.Now()
+	rctx, cancel := b.rpcCtx(ctx)
+	defer cancel()
+	if _, err := b.cli.KeepAliveOnce(rctx, c.id); err != nil {
+		if isLeaseNotFound(err) {
+			return errRequeue
+		}
+		return b.fail(ctx, "keep the waiting lease alive", err)
+	}
+	c.sent = sent
+	return nil
+}
+
+// predWatch watches one key for its deletion.
+type predWatch struct {
+	key    string
+	ch     clientv3.WatchChan
+	cancel context.CancelFunc
+}
+
+// watchDelete watches key for deletes from the current revision on (etcd
+// serves such a watch at once), announcing its creation (WithCreatedNotify)
+// so the caller can tell whether its earlier read is still current.
+func (b *backend) watchDelete(ctx context.Context, key string) *predWatch {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	ch := b.cli.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	return &predWatch{key: key, ch: ch, cancel: cancel}
+}
+
+func (w *predWatch) close() {
+	if w != nil {
+		w.cancel()
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

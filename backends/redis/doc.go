@@ -1,0 +1,118 @@
+// Package redis is the fencelock backend for Redis (schemes redis:// and
+// rediss://), on one server or on Redis Cluster, through go-redis v9.
+//
+//	import (
+//		goredis "github.com/redis/go-redis/v9"
+//		"github.com/fencelock/fencelock/backends/redis"
+//	)
+//
+//	locks := redis.New(goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true}), nil)
+//
+// or, with the package imported (a blank import suffices), by URL:
+//
+//	locks, err := fencelock.Open(ctx, "redis://127.0.0.1:6379/0")
+//	locks, err := fencelock.Open(ctx, "redis://10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000?cluster=true")
+//
+// See URLOpener for the URL's parameters. Client.As gives the go-redis
+// client: *goredis.UniversalClient always, and *goredis.Client or
+// *goredis.ClusterClient for that kind of client.
+//
+// # Keys
+//
+// For a lock whose store key is K (the name, after Options.Prefix):
+//
+//   - Lock key K, exactly as named. While held it is a string holding the
+//     owner token (32 hex characters, new for every grant) with a PX
+//     expiry: the same shape as redis-py's Lock and redsync, so a Python or
+//     redsync worker locking the same key string excludes fencelock clients
+//     and is excluded by them. A key that exists is never taken over, and
+//     a key without an expiry (redis-py timeout=None) is never freed by
+//     fencelock: TryAcquire reports it and waits.
+//   - Fence key B:fence, where B is K if K holds a valid hash tag ("{...}"
+//     with something inside), else {K} if K has no '}', else {T}K where T
+//     is the smallest integer, written in base 36, whose hash slot is K's.
+//     For K = "orders:42" it is "{orders:42}:fence"; for "{user:7}:jobs" it
+//     is "{user:7}:jobs:fence". It holds the last fence as a decimal
+//     integer, has no TTL and is never deleted (release and expiry leave it;
+//     one small key per lock name ever used).
+//   - Release channel B:released: Release PUBLISHes K on it.
+//
+// Both keys share a hash tag of K's slot, so every script touches one
+// Redis Cluster slot.
+//
+// # Operations
+//
+// Each is one Lua script (EVALSHA, loaded from acquire.lua, release.lua and
+// extend.lua):
+//
+//   - Acquire: SET K token NX PX ttl; only if that succeeds, fence =
+//     max(stored + 1, server TIME in microseconds), stored back and returned.
+//     A retried script whose first run was granted (its reply lost) answers
+//     the same grant. If the outcome of an attempt is unknown, TryAcquire
+//     runs the release script for that attempt's token before it returns.
+//   - Release: delete K only if it holds our token (compare-and-delete),
+//     then PUBLISH. Otherwise ErrLeaseLost; another holder's lock is never
+//     touched.
+//   - Extend (renewal): PEXPIRE K only if it holds our token, else
+//     ErrLeaseLost.
+//
+// TTLs are rounded up to whole milliseconds; the minimum is MinTTL. Expiry
+// is decided by the server's clock (Capabilities.TimeAuthority).
+//
+// # Fences
+//
+// The fence is time-floored (driver.FenceTimeFloored): fences are about
+// 1.8e15 (microseconds since 1970), fit an int64 and are exact as JSON
+// numbers. While the server keeps its data they strictly increase. A bare
+// INCR counter would restart at 1 when that data is lost, by a restart
+// without persistence or a failover to a replica that missed the last
+// writes; the time floor keeps the next fence above every earlier one as
+// long as the new server's clock is not behind the old one's by more than
+// the outage lasted (a restart or failover takes seconds; NTP keeps
+// clocks within milliseconds). That is the one assumption: a server clock
+// set back by hours can repeat fences after data loss. Fences are issued
+// far slower than one per microsecond per name (each needs a round trip),
+// so the counter never runs ahead of the clock.
+//
+// # Failover: what the lock does not survive
+//
+// Redis replicates asynchronously. If a primary fails after granting a
+// lock but before the grant reached its replica, the promoted replica has
+// no lock key: a second client is granted the same name while the first
+// still believes it holds it (Capabilities.NodeLoss is NodeLossUnsafe).
+// The fence still orders them (the second lease's fence is higher, by the
+// time floor), so a resource that checks fences (package guard) rejects
+// the stale holder's writes; without fencing, both write.
+//
+// WAIT numreplicas timeout after a grant makes the primary wait until that
+// many replicas have the write. It narrows the window but does not close
+// it: Redis may still promote a replica that did not acknowledge, and a
+// timed-out WAIT does not undo the grant. Only a consensus store (etcd,
+// ZooKeeper) or a quorum of independent servers (redlock://) makes the lock
+// itself survive node loss.
+//
+// # Waiting
+//
+// A blocked Acquire is woken by the release notice (Capabilities.Wait is
+// WaitNotify): each Client keeps one pub/sub connection, shared by all its
+// waiters, subscribed to the channels of the locks they wait for. A waiter
+// subscribes, waits until the server confirms, then checks the key, so a
+// release between its failed attempt and its subscription is not missed.
+// Expiry publishes nothing, and neither do other clients such as redis-py:
+// a waiter also wakes when the holder's TTL (read with PTTL) runs out, and
+// the portable backoff bounds every wait. Every waiter on the name wakes and
+// retries; one wins. There is no queue (FIFO is false).
+//
+// In Redis Cluster the release notice is a plain PUBLISH, which the cluster
+// broadcasts to every node, so the one connection (to any node) hears every
+// shard and survives failover; sharded pub/sub would avoid the broadcast
+// but need a connection per shard.
+//
+// # Timeouts
+//
+// Pass a go-redis client with ContextTimeoutEnabled (clients opened from a
+// URL have it): then the ctx of Acquire and the lease's validity deadline
+// bound every call. An unreachable or unresponsive server yields errors
+// wrapping fencelock.ErrUnavailable; a ctx that ends mid-call yields an
+// error wrapping ctx.Err().
+package redis

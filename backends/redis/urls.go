@@ -1,0 +1,138 @@
+package redis
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// The URL schemes this package registers with fencelock.Register.
+const (
+	Scheme    = "redis"  // plain TCP
+	SchemeTLS = "rediss" // TLS
+)
+
+func init() {
+	o := &URLOpener{}
+	fencelock.Register(Scheme, o)
+	fencelock.Register(SchemeTLS, o)
+}
+
+// URLOpener opens redis:// and rediss:// URLs:
+//
+//	redis://[[user]:password@]host[:port][,host[:port]...][/db][?param=value&...]
+//
+// The port defaults to 6379; the path is the database number (default 0).
+// rediss:// connects with TLS. Query parameters, besides fencelock's own
+// prefix, ttl and wait:
+//
+//	cluster=true    Redis Cluster (implied by several hosts)
+//	addr=host:port  one more host; may repeat (for IPv6: addr=[::1]:7000)
+//	pool_size=N     connections per server (go-redis default: 10 per CPU)
+//
+// The go-redis client it makes has ContextTimeoutEnabled set, so the
+// caller's ctx bounds every call, and is closed with the fencelock Client.
+type URLOpener struct {
+	// TLSConfig is used for rediss:// URLs. nil: the system roots, with the
+	// first host's name as the server name.
+	TLSConfig *tls.Config
+}
+
+// OpenBackendURL implements fencelock.URLOpener.
+func (o *URLOpener) OpenBackendURL(_ context.Context, u *url.URL) (driver.Backend, error) {
+	uo, err := o.options(u)
+	if err != nil {
+		return nil, err
+	}
+	return newBackend(goredis.NewUniversalClient(uo), true), nil
+}
+
+// options turns u into go-redis options, rejecting what it does not know.
+func (o *URLOpener) options(u *url.URL) (*goredis.UniversalOptions, error) {
+	if u.Scheme != Scheme && u.Scheme != SchemeTLS {
+		return nil, fmt.Errorf("%w: scheme %q: use redis:// or rediss://", driver.ErrInvalid, u.Scheme)
+	}
+	q := u.Query()
+	if err := fencelock.UnknownParams(q, "cluster", "addr", "pool_size"); err != nil {
+		return nil, err
+	}
+	for k, vs := range q {
+		if k != "addr" && len(vs) != 1 {
+			return nil, fmt.Errorf("%w: query parameter %q given %d times: give it once", driver.ErrInvalid, k, len(vs))
+		}
+	}
+	uo := &goredis.UniversalOptions{ContextTimeoutEnabled: true}
+	if u.Host != "" {
+		uo.Addrs = strings.Split(u.Host, ",")
+	}
+	uo.Addrs = append(uo.Addrs, q["addr"]...)
+	if len(uo.Addrs) == 0 {
+		return nil, fmt.Errorf("%w: URL %q names no host: use redis://host:6379", driver.ErrInvalid, u.Redacted())
+	}
+	for i, a := range uo.Addrs {
+		if a == "" {
+			return nil, fmt.Errorf("%w: empty host in %q", driver.ErrInvalid, u.Redacted())
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			a = net.JoinHostPort(strings.Trim(a, "[]"), "6379")
+			uo.Addrs[i] = a
+		}
+		host, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n <= 0 || n > 65535 {
+			return nil, fmt.Errorf("%w: bad host %q in %q: want host:port", driver.ErrInvalid, a, u.Redacted())
+		}
+	}
+	if u.User != nil {
+		uo.Username = u.User.Username()
+		uo.Password, _ = u.User.Password()
+	}
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		db, err := strconv.Atoi(p)
+		if err != nil || db < 0 {
+			return nil, fmt.Errorf("%w: database %q in %q: want a number such as /0", driver.ErrInvalid, p, u.Redacted())
+		}
+		uo.DB = db
+	}
+	cluster := len(uo.Addrs) > 1
+	if v := q.Get("cluster"); v != "" {
+		c, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: cluster=%q: want true or false", driver.ErrInvalid, v)
+		}
+		if !c && cluster {
+			return nil, fmt.Errorf("%w: several hosts with cluster=false: list one host, or use cluster=true for Redis Cluster (redlock:// is for independent primaries)", driver.ErrInvalid)
+		}
+		cluster = c
+	}
+	if cluster {
+		uo.IsClusterMode = true
+		if uo.DB != 0 {
+			return nil, fmt.Errorf("%w: database %d with Redis Cluster, which has only database 0: drop the path", driver.ErrInvalid, uo.DB)
+		}
+	}
+	if v := q.Get("pool_size"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%w: pool_size=%q: want a positive integer", driver.ErrInvalid, v)
+		}
+		uo.PoolSize = n
+	}
+	if u.Scheme == SchemeTLS {
+		if o.TLSConfig != nil {
+			uo.TLSConfig = o.TLSConfig.Clone()
+		} else {
+			host, _, _ := net.SplitHostPort(uo.Addrs[0])
+			uo.TLSConfig = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
+		}
+	}
+	return uo, nil
+}

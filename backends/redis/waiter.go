@@ -1,0 +1,299 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// hub is a client's one pub/sub subscription, shared by all its waiters:
+// one connection and two goroutines per client, however many waiters (not
+// a connection per waiter). It is started by the first Wait and stopped by
+// close.
+//
+// Channels are subscribed while at least one waiter waits on them. Release
+// PUBLISHes (not SPUBLISH) to the lock's channel: on a single server that
+// reaches us directly; in Redis Cluster a plain PUBLISH is broadcast to
+// every node over the cluster bus, so our one connection, to any node,
+// hears releases from every shard, and go-redis's automatic reconnect (to
+// any node) keeps working through failover and resharding. Sharded pub/sub
+// would spare the bus that broadcast but needs a connection per shard, each
+// re-routed on every topology change.
+//
+// The writer goroutine sends SUBSCRIBE, UNSUBSCRIBE and PING in the order
+// waiters asked for them, so that a waiter's PING reply proves its
+// channel's subscription is in effect on the server; the dispatcher
+// goroutine reads replies and messages and wakes waiters. Neither blocks a
+// caller: a waiter only selects on channels and its ctx.
+type hub struct {
+	client  goredis.UniversalClient
+	closing chan struct{} // closed by close
+	kick    chan struct{} // cap 1: ops queued for the writer
+	wg      sync.WaitGroup
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	ps      *goredis.PubSub
+	chans   map[string]map[*waiter]struct{} // channel → its waiters
+	pings   map[string]*waiter              // PING payload → waiter
+	seq     uint64
+	ops     []hubOp
+}
+
+type hubOp struct {
+	kind byte // 's' SUBSCRIBE, 'u' UNSUBSCRIBE, 'p' PING
+	arg  string
+}
+
+// waiter is one Wait call.
+type waiter struct {
+	channel string
+	ping    string
+	pong    chan struct{} // closed when the reply to our PING arrives
+	wake    chan struct{} // cap 1: a release was published, or the connection broke
+}
+
+func newHub(client goredis.UniversalClient) *hub {
+	return &hub{
+		client:  client,
+		closing: make(chan struct{}),
+		kick:    make(chan struct{}, 1),
+		chans:   map[string]map[*waiter]struct{}{},
+		pings:   map[string]*waiter{},
+	}
+}
+
+// wait returns nil when k's lock may be free: a release was published on
+// its channel after the subscription took effect, the key was already gone
+// when checked after that, its TTL ran out, or the subscription connection
+// broke (a notification may have been lost). It returns ctx.Err() when ctx
+// ends first and ErrClosed when the backend closes.
+//
+// It cannot miss a release that happens after it is called: it subscribes,
+// waits for the server to confirm (the PING reply), and only then checks
+// the key; a release before the check shows as a missing key, one after
+// reaches the subscription.
+func (h *hub) wait(ctx context.Context, k keys) error {
+	w := &waiter{channel: k.channel, pong: make(chan struct{}), wake: make(chan struct{}, 1)}
+	if err := h.register(w); err != nil {
+		return err
+	}
+	defer h.leave(w)
+	select {
+	case <-w.pong:
+	case <-w.wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-h.closing:
+		return driver.ErrClosed
+	}
+	pttl, err := h.client.PTTL(ctx, k.lock).Result()
+	if err != nil {
+		return classify(ctx, "wait", err)
+	}
+	var expired <-chan time.Time
+	switch {
+	case pttl == -2: // no key: free now
+		return nil
+	case pttl == -1: // no expiry (not a lease): only a release frees it
+	default:
+		// Expiry publishes nothing: wake when the TTL runs out.
+		t := time.NewTimer(pttl)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case <-w.wake:
+		return nil
+	case <-expired:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-h.closing:
+		return driver.ErrClosed
+	}
+}
+
+// register adds w, queueing a SUBSCRIBE for a channel nobody waited on,
+// then a PING; it starts the hub on first use.
+func (h *hub) register(w *waiter) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return driver.ErrClosed
+	}
+	if !h.started {
+		h.started = true
+		h.ps = h.client.Subscribe(context.Background()) // no channels yet: no I/O
+		h.wg.Add(2)
+		go h.dispatch()
+		go h.write()
+	}
+	ws := h.chans[w.channel]
+	if ws == nil {
+		ws = map[*waiter]struct{}{}
+		h.chans[w.channel] = ws
+		h.queue(hubOp{'s', w.channel})
+	}
+	ws[w] = struct{}{}
+	h.seq++
+	w.ping = "fencelock:" + strconv.FormatUint(h.seq, 36)
+	h.pings[w.ping] = w
+	h.queue(hubOp{'p', w.ping})
+	return nil
+}
+
+// leave removes w, queueing an UNSUBSCRIBE if it was its channel's last
+// waiter.
+func (h *hub) leave(w *waiter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.pings, w.ping)
+	ws := h.chans[w.channel]
+	delete(ws, w)
+	if len(ws) == 0 {
+		delete(h.chans, w.channel)
+		if !h.closed {
+			h.queue(hubOp{'u', w.channel})
+		}
+	}
+}
+
+// queue appends an op for the writer. Callers hold h.mu.
+func (h *hub) queue(op hubOp) {
+	h.ops = append(h.ops, op)
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// write is the writer goroutine: it sends queued ops in order.
+func (h *hub) write() {
+	defer h.wg.Done()
+	ctx := context.Background()
+	for {
+		select {
+		case <-h.closing:
+			return
+		case <-h.kick:
+		}
+		h.mu.Lock()
+		ops := h.ops
+		h.ops = nil
+		h.mu.Unlock()
+		for _, op := range ops {
+			var err error
+			switch op.kind {
+			case 's':
+				err = h.ps.Subscribe(ctx, op.arg)
+			case 'u':
+				err = h.ps.Unsubscribe(ctx, op.arg)
+			case 'p':
+				err = h.ps.Ping(ctx, op.arg)
+			}
+			if err != nil {
+				// The connection is broken or closing; waiters would
+				// wait for replies that never come. Wake them all: they
+				// retry TryAcquire and Wait again on a new connection.
+				h.wakeAll()
+			}
+		}
+	}
+}
+
+// dispatch is the dispatcher goroutine: it reads the subscription
+// connection and wakes waiters.
+func (h *hub) dispatch() {
+	defer h.wg.Done()
+	ctx := context.Background()
+	var backoff time.Duration
+	for {
+		msg, err := h.ps.Receive(ctx)
+		if err != nil {
+			select {
+			case <-h.closing:
+				return
+			default:
+			}
+			// go-redis reconnects and resubscribes on the next call;
+			// anything published meanwhile is lost, so wake everyone.
+			h.wakeAll()
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			t := time.NewTimer(backoff)
+			select {
+			case <-h.closing:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		backoff = 0
+		switch m := msg.(type) {
+		case *goredis.Message:
+			h.wakeChannel(m.Channel)
+		case *goredis.Pong:
+			h.pong(m.Payload)
+		}
+	}
+}
+
+func (h *hub) wakeChannel(ch string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.chans[ch] {
+		w.signal()
+	}
+}
+
+func (h *hub) wakeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ws := range h.chans {
+		for w := range ws {
+			w.signal()
+		}
+	}
+}
+
+func (h *hub) pong(payload string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w := h.pings[payload]; w != nil {
+		delete(h.pings, payload)
+		close(w.pong)
+	}
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close stops the hub's goroutines and closes its connection. Waiters
+// return ErrClosed.
+func (h *hub) close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	close(h.closing)
+	ps, started := h.ps, h.started
+	h.mu.Unlock()
+	if started {
+		_ = ps.Close()
+		h.wg.Wait()
+	}
+}

@@ -1,0 +1,251 @@
+package testserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Postgres is one PostgreSQL server: a child process started by
+// StartPostgres or StartPostgresProcess, or an existing server named by
+// POSTGRES_URL (then Proc is nil and there are no fault controls).
+type Postgres struct {
+	// Proc is the postmaster (Kill, Pause, Resume, Stop, Restart, ...), or
+	// nil for an existing server. Signals go to its process group, which
+	// holds every backend, so Pause freezes the whole server.
+	Proc *Proc
+	// Port is the TCP port on 127.0.0.1 (0 for an existing server).
+	Port int
+	// Dir is the server's directory: data/ (PGDATA), sock/ (Unix socket)
+	// and initdb.log. Owned by the postgres user.
+	Dir string
+
+	url string
+}
+
+// PostgresURLEnv names the environment variable that points StartPostgres
+// at an existing server instead of starting one, e.g.
+// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable. The role
+// must be allowed to call pg_terminate_backend on the test's sessions
+// (a superuser, or a member of pg_signal_backend).
+const PostgresURLEnv = "POSTGRES_URL"
+
+// PostgresBinDir is where Debian's postgresql-15 package puts initdb and
+// postgres.
+const PostgresBinDir = "/usr/lib/postgresql/15/bin"
+
+// URL returns a postgres:// URL (pgx DSN) for the server: superuser
+// postgres, database postgres, sslmode=disable; or POSTGRES_URL.
+func (p *Postgres) URL() string { return p.url }
+
+// StartPostgres returns a running PostgreSQL for tb: the server named by
+// POSTGRES_URL if set, else a new child process (see StartPostgresProcess),
+// stopped when tb ends. A missing server binary skips tb (fails it under
+// CI=true).
+func StartPostgres(tb testing.TB) *Postgres {
+	tb.Helper()
+	if u := os.Getenv(PostgresURLEnv); u != "" {
+		return &Postgres{url: u}
+	}
+	return StartPostgresProcess(tb)
+}
+
+// StartPostgresProcess is StartPostgres without the POSTGRES_URL escape: it
+// always starts a child process, for fault tests that kill, pause or
+// restart the server. It is killed and its directory removed when tb ends.
+func StartPostgresProcess(tb testing.TB, extraArgs ...string) *Postgres {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p, err := NewPostgres(ctx, extraArgs...)
+	if errors.Is(err, ErrMissing) {
+		Unavailable(tb, "PostgreSQL 15", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(p.Cleanup)
+	return p
+}
+
+// NewPostgres starts PostgreSQL 15 without package testing (TestMain, the
+// CLI): initdb and postgres run as the postgres user (the server refuses
+// root) in a new directory under os.TempDir() that user owns, on a free
+// 127.0.0.1 port with fsync off, its Unix socket in Dir/sock, and
+// max_connections=300 (each held lease and each waiter holds a
+// connection). extraArgs are more postgres arguments ("-c", "name=value").
+// The caller calls Cleanup. An error wrapping ErrMissing means the binaries
+// are not installed.
+func NewPostgres(ctx context.Context, extraArgs ...string) (*Postgres, error) {
+	initdb, err := LookPath("initdb", filepath.Join(PostgresBinDir, "initdb"))
+	if err != nil {
+		return nil, err
+	}
+	server, err := LookPath("postgres", filepath.Join(PostgresBinDir, "postgres"))
+	if err != nil {
+		return nil, err
+	}
+	cred, err := postgresCred()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "fencelock-pg-*")
+	if err != nil {
+		return nil, fmt.Errorf("testserver: postgres dir: %w", err)
+	}
+	p := &Postgres{Dir: dir}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	data, sock := filepath.Join(dir, "data"), filepath.Join(dir, "sock")
+	if err := os.Mkdir(sock, 0o700); err != nil {
+		return nil, fmt.Errorf("testserver: postgres dir: %w", err)
+	}
+	if cred != nil {
+		for _, d := range []string{dir, sock} {
+			if err := os.Chown(d, int(cred.Uid), int(cred.Gid)); err != nil {
+				return nil, fmt.Errorf("testserver: chown %s to postgres: %w", d, err)
+			}
+		}
+	}
+	cmd := exec.CommandContext(ctx, initdb, "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("testserver: initdb: %w\n%s", err, out)
+	}
+	var lastErr error
+	for range 5 {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		p.Port = port
+		p.url = fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", Addr(port))
+		args := []string{
+			"-D", data, "-p", strconv.Itoa(port), "-k", sock,
+			"-c", "listen_addresses=127.0.0.1",
+			"-c", "fsync=off", "-c", "full_page_writes=off",
+			"-c", "max_connections=300",
+			"-c", "shared_buffers=32MB",
+		}
+		p.Proc = &Proc{
+			Name:  "postgres " + Addr(port),
+			Path:  server,
+			Args:  append(args, extraArgs...),
+			Dir:   dir,
+			Cred:  cred,
+			Ready: func(ctx context.Context) error { return postgresPing(ctx, p.url) },
+		}
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		lastErr = p.Proc.Start(sctx)
+		cancel()
+		if lastErr == nil {
+			ok = true
+			return p, nil
+		}
+		_ = p.Proc.Kill()
+	}
+	return nil, lastErr
+}
+
+// Cleanup kills a child server and removes its directory; nothing for an
+// existing server.
+func (p *Postgres) Cleanup() {
+	if p.Proc == nil {
+		return
+	}
+	_ = p.Proc.Kill()
+	_ = os.RemoveAll(p.Dir)
+}
+
+// ErrNoFaultControls: the server is an existing one (POSTGRES_URL), not a
+// child process, so it cannot be killed, paused or restarted.
+var ErrNoFaultControls = errors.New("testserver: existing server (" + PostgresURLEnv + "): no fault controls; unset it to run fault tests")
+
+// Kill ends the server with SIGKILL to every process (a crash: recovery
+// runs at the next start).
+func (p *Postgres) Kill() error { return p.do(func(c *Proc) error { return c.Kill() }) }
+
+// Stop shuts the server down cleanly (SIGTERM: backends end, a shutdown
+// checkpoint is written).
+func (p *Postgres) Stop() error { return p.do(func(c *Proc) error { return c.Stop() }) }
+
+// Start starts a stopped or killed server again on the same port and data.
+func (p *Postgres) Start(ctx context.Context) error {
+	return p.do(func(c *Proc) error { return c.Start(ctx) })
+}
+
+// Restart stops the server cleanly and starts it again.
+func (p *Postgres) Restart(ctx context.Context) error {
+	return p.do(func(c *Proc) error { return c.Restart(ctx) })
+}
+
+// Pause freezes every server process with SIGSTOP.
+func (p *Postgres) Pause() error { return p.do(func(c *Proc) error { return c.Pause() }) }
+
+// Resume continues a paused server with SIGCONT.
+func (p *Postgres) Resume() error { return p.do(func(c *Proc) error { return c.Resume() }) }
+
+func (p *Postgres) do(f func(*Proc) error) error {
+	if p.Proc == nil {
+		return ErrNoFaultControls
+	}
+	return f(p.Proc)
+}
+
+// postgresCred is the postgres user when we run as root (postgres refuses
+// to run as root), else nil (run as ourselves).
+func postgresCred() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("%w: no postgres user to run the server as (install postgresql): %v", ErrMissing, err)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("testserver: postgres user ids %q/%q", u.Uid, u.Gid)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// postgresPing connects once and runs an empty query.
+func postgresPing(ctx context.Context, dsn string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c, err := pgconn.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	return c.Exec(ctx, "-- ping").Close()
+}
+
+// PostgresDSNWith returns dsn with the query parameter name set to value.
+func PostgresDSNWith(dsn, name, value string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return dsn
+	}
+	q := u.Query()
+	q.Set(name, value)
+	u.RawQuery = q.Encode()
+	return u.String()
+}

@@ -1,0 +1,105 @@
+package fencelock_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backends/memory"
+	"github.com/fencelock/fencelock/driver"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// counting wraps the mem:// driver to observe what the portable layer
+// sends to the store.
+type counting struct {
+	driver.Backend
+	extendsAfterRelease atomic.Int64
+	extends             atomic.Int64
+}
+
+type countingLease struct {
+	driver.Lease
+	b        *counting
+	released atomic.Bool
+}
+
+func (c *counting) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
+	l, err := c.Backend.TryAcquire(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &countingLease{Lease: l, b: c}, nil
+}
+
+func (l *countingLease) Extend(ctx context.Context, ttl time.Duration) error {
+	l.b.extends.Add(1)
+	if l.released.Load() {
+		l.b.extendsAfterRelease.Add(1)
+	}
+	time.Sleep(time.Millisecond) // widen the window for a racing Release
+	return l.Lease.Extend(ctx, ttl)
+}
+
+func (l *countingLease) Release(ctx context.Context) error {
+	l.released.Store(true)
+	return l.Lease.Release(ctx)
+}
+
+func newCounting(t *testing.T) (*fencelock.Client, *counting) {
+	c := &counting{Backend: memory.NewDriver(nil)}
+	cl := fencelock.New(c, nil)
+	t.Cleanup(func() { cl.Close() })
+	return cl, c
+}
+
+func TestNoRenewalAfterRelease(t *testing.T) {
+	ctx := context.Background()
+	cl, c := newCounting(t)
+	const ttl = 30 * time.Millisecond
+	for range 50 {
+		l, err := cl.TryAcquire(ctx, "x", &fencelock.AcquireOptions{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(ttl / 3) // release near a renewal, racing it
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(3 * ttl) // any stray renewal timer would fire in this window
+	if n := c.extendsAfterRelease.Load(); n != 0 {
+		t.Fatalf("%d renewals sent after Release", n)
+	}
+	if c.extends.Load() == 0 {
+		t.Fatalf("no renewal observed at all: the test has no teeth")
+	}
+}
+
+func TestLeaseEndsOnceUnderConcurrency(t *testing.T) {
+	ctx := context.Background()
+	c := memory.New(nil, nil)
+	defer c.Close()
+	l, err := c.TryAcquire(ctx, "x", &fencelock.AcquireOptions{TTL: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			_ = l.Release(ctx)
+			_ = l.Extend(ctx, 0)
+		})
+	}
+	wg.Wait()
+	<-l.Done()
+	if l.Err() == nil {
+		t.Fatal("ended lease has nil Err")
+	}
+}
