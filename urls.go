@@ -107,7 +107,10 @@ func (m *URLMux) Open(ctx context.Context, rawURL string, opts *Options) (*Clien
 	if opts != nil {
 		o = *opts
 	}
-	q := u.Query()
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, &Error{Op: op, Err: fmt.Errorf("%w: malformed query in %q: %v", ErrInvalid, u.Redacted(), err)}
+	}
 	for k, vs := range q {
 		set, ok := muxParams[k]
 		if !ok {

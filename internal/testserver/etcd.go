@@ -79,6 +79,21 @@ func StartEtcdCluster(tb testing.TB, n int) *EtcdCluster {
 	return c
 }
 
+// NewEtcdCluster starts an n-member embedded etcd cluster with data under
+// dir, without package testing (for TestMain-scoped servers shared by a
+// package's tests); the caller calls Close. ETCD_URL overrides it, as for
+// StartEtcd.
+func NewEtcdCluster(ctx context.Context, n int, dir string) (*EtcdCluster, error) {
+	if v := os.Getenv("ETCD_URL"); v != "" {
+		eps, err := etcdEndpointsFromURL(v)
+		if err != nil {
+			return nil, fmt.Errorf("testserver: ETCD_URL: %w", err)
+		}
+		return &EtcdCluster{External: true, endpoints: eps}, nil
+	}
+	return startEtcdCluster(ctx, n, dir, etcdLogger())
+}
+
 // StartEmbeddedEtcd starts a single-member etcd in this process with its
 // data in dir (which must exist), listening on a free 127.0.0.1 port, and
 // logging nothing. It returns the member's etcd:// URL and a stop function.
