@@ -43,6 +43,7 @@ type Lease struct {
 
 	mu          sync.Mutex
 	ttl         time.Duration
+	sent        time.Time // when the granting request was sent
 	validUntil  time.Time // monotonic; conservative
 	maxHoldAt   time.Time // zero: no cap
 	ended       bool
@@ -53,7 +54,7 @@ type Lease struct {
 }
 
 func newLease(ctx context.Context, c *Client, name string, o resolved, dl driver.Lease, sent time.Time) *Lease {
-	l := &Lease{c: c, name: name, dl: dl, fence: Fence(dl.Fence()), autoRenew: o.autoRenew, ttl: o.ttl}
+	l := &Lease{c: c, name: name, dl: dl, fence: Fence(dl.Fence()), autoRenew: o.autoRenew, ttl: o.ttl, sent: sent}
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	l.validUntil = sent.Add(o.ttl - c.drift(o.ttl))
 	if o.maxHold > 0 {
@@ -74,7 +75,7 @@ func (l *Lease) start() {
 	}
 	l.expiryTimer = time.AfterFunc(time.Until(l.validUntil), l.checkExpiry)
 	if l.autoRenew {
-		l.renewTimer = time.AfterFunc(l.ttl/3, l.renew)
+		l.renewTimer = time.AfterFunc(time.Until(l.sent.Add(l.ttl/3)), l.renew)
 	}
 	l.mu.Unlock()
 	if ln, ok := l.dl.(driver.LossNotifier); ok {

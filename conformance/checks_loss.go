@@ -171,9 +171,13 @@ func testNoLeaks(t TB, e *env) {
 		mustNil(t, a.Close(), "Close")
 		mustNil(t, b.Close(), "Close")
 	}()
+	ignore := []goleak.Option{before}
+	if f, ok := e.h.(LeakFilter); ok {
+		ignore = append(ignore, f.IgnoreGoroutines()...)
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		err := goleak.Find(before)
+		err := goleak.Find(ignore...)
 		if err == nil {
 			return
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/fencelock/fencelock"
 )
 
@@ -37,4 +39,12 @@ type Expirer interface {
 // that the store drops the leases held through c.
 type SessionKiller interface {
 	KillSession(ctx context.Context, c *fencelock.Client) error
+}
+
+// LeakFilter is an optional Harness hook for stores that run inside the
+// test process (an embedded etcd, a served mem:// Store): the goroutines the
+// store itself starts, for example to serve a client's connection, are not
+// the client's leaks. NoGoroutineLeaks ignores what these options match.
+type LeakFilter interface {
+	IgnoreGoroutines() []goleak.Option
 }

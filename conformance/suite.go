@@ -298,7 +298,7 @@ func (h urlHarness) URL() string {
 	}
 	return h.url
 }
-func (h urlHarness) Close()      {}
+func (h urlHarness) Close() {}
 
 // exe is the running binary, re-executed by the process-freeze check.
 func exe() (string, error) { return os.Executable() }

@@ -6,6 +6,8 @@ import (
 	"net"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/memory"
 	"github.com/fencelock/fencelock/conformance"
@@ -16,7 +18,6 @@ import (
 type harness struct {
 	s    *memory.Store
 	ln   net.Listener
-	rpc  bool // make memrpc:// clients instead of in-process ones
 	done chan struct{}
 }
 
@@ -56,6 +57,14 @@ func (h *harness) Close() {
 	h.ln.Close()
 	<-h.done
 }
+
+// IgnoreGoroutines: the served Store's connection goroutines are the
+// store's, not the client's.
+func (h *harness) IgnoreGoroutines() []goleak.Option {
+	return []goleak.Option{goleak.IgnoreAnyFunction("net/rpc.(*Server).ServeCodec")}
+}
+
+func (r rpcHarness) IgnoreGoroutines() []goleak.Option { return r.h.IgnoreGoroutines() }
 
 func (h *harness) Expire(_ context.Context, key string) error {
 	if !h.s.Expire(key) {

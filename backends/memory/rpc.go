@@ -85,32 +85,51 @@ func dialRPC(ctx context.Context, addr string) (*rpcBackend, error) {
 }
 
 func (b *rpcBackend) call(ctx context.Context, method string, a wire.Args) (wire.Reply, error) {
-	var rep wire.Reply
-	call := b.c.Go("Store."+method, a, &rep, make(chan *rpc.Call, 1))
+	rep := new(wire.Reply)
+	call := b.c.Go("Store."+method, a, rep, make(chan *rpc.Call, 1))
 	select {
 	case <-call.Done:
-		if call.Error != nil {
-			return rep, fmt.Errorf("%w: memrpc: %v", driver.ErrUnavailable, call.Error)
-		}
-		return rep, nil
+		return finish(call, rep)
 	case <-ctx.Done():
-		return rep, ctx.Err()
+		return wire.Reply{}, ctx.Err()
 	}
 }
 
+func finish(call *rpc.Call, rep *wire.Reply) (wire.Reply, error) {
+	if call.Error != nil {
+		return wire.Reply{}, fmt.Errorf("%w: memrpc: %v", driver.ErrUnavailable, call.Error)
+	}
+	return *rep, nil
+}
+
 func (b *rpcBackend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
-	rep, err := b.call(ctx, "TryAcquire", wire.Args{Name: req.Name, Token: req.Token, TTL: req.TTL})
+	a := wire.Args{Name: req.Name, Token: req.Token, TTL: req.TTL}
+	rep := new(wire.Reply)
+	call := b.c.Go("Store.TryAcquire", a, rep, make(chan *rpc.Call, 1))
+	select {
+	case <-call.Done:
+	case <-ctx.Done():
+		// Outcome unknown: the server may still grant it. Wait for the
+		// answer (bounded) and free a grant, so nothing is left held.
+		select {
+		case <-call.Done:
+			if r, err := finish(call, rep); err == nil && r.Code == wire.OK {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				_, _ = b.call(rctx, "Release", a)
+			}
+		case <-time.After(5 * time.Second):
+		}
+		return nil, ctx.Err()
+	}
+	r, err := finish(call, rep)
 	if err != nil {
-		// Outcome unknown: free whatever may be held under our token.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_, _ = b.call(rctx, "Release", wire.Args{Name: req.Name, Token: req.Token})
 		return nil, err
 	}
-	if rep.Code == wire.NotAcquired {
+	if r.Code == wire.NotAcquired {
 		return nil, driver.ErrNotAcquired
 	}
-	return &rpcLease{b: b, name: req.Name, token: req.Token, fence: rep.Fence}, nil
+	return &rpcLease{b: b, name: req.Name, token: req.Token, fence: r.Fence}, nil
 }
 
 func (b *rpcBackend) Wait(ctx context.Context, name string) error {
