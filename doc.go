@@ -58,6 +58,16 @@
 // lock, and returns ErrLeaseLost if the lease had already been lost. No
 // renewal is sent after Release.
 //
+// # Observability
+//
+// Options.Logger receives lease-lost and renewal-failure events.
+// Options.MeterProvider (default: the global OpenTelemetry provider)
+// receives, through the OTel API only, with attribute fencelock.backend:
+// fencelock.acquire.attempts, .acquired (= fences issued), .not_acquired,
+// fencelock.acquire.wait (s), fencelock.lease.hold (s),
+// fencelock.lease.renew_failures, fencelock.lease.lost and
+// fencelock.fence.last.
+//
 // # Errors
 //
 // Every error is a *Error wrapping one cause; test causes with errors.Is:

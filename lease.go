@@ -178,6 +178,7 @@ func (l *Lease) renew() {
 	if err == nil || l.ctx.Err() != nil {
 		return
 	}
+	l.c.m.add(l.c.m.renewFailures)
 	l.c.log.Warn("fencelock: renewal failed; retrying until the validity deadline", "name", l.name, "fence", uint64(l.fence), "err", err)
 	retry := ttl / 10
 	if retry < 5*time.Millisecond {
@@ -343,7 +344,9 @@ func (l *Lease) end(cause error) {
 	l.mu.Unlock()
 	l.cancel(cause)
 	l.c.forget(l)
+	l.c.m.hold.Record(context.Background(), time.Since(l.sent).Seconds(), l.c.m.attrs)
 	if errors.Is(cause, ErrLeaseLost) {
+		l.c.m.add(l.c.m.lost)
 		l.c.log.Warn("fencelock: lease lost", "name", l.name, "fence", uint64(l.fence), "err", cause)
 	}
 }

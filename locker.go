@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/fencelock/fencelock/driver"
 )
 
@@ -67,6 +69,10 @@ type Options struct {
 	// Logger receives lease-lost and renewal-failure events.
 	// Default: discard.
 	Logger *slog.Logger
+	// MeterProvider receives fencelock's OpenTelemetry metrics (see the
+	// package doc's # Observability). Default: otel.GetMeterProvider(), a
+	// no-op until the application installs an SDK.
+	MeterProvider metric.MeterProvider
 }
 
 // AcquireOptions configures one acquisition. nil gives the defaults.
@@ -98,6 +104,7 @@ type Client struct {
 	caps   Capabilities
 	opts   Options
 	log    *slog.Logger
+	m      *metrics
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelCauseFunc
 
@@ -134,6 +141,7 @@ func New(b driver.Backend, opts *Options) *Client {
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
+	c.m = newMetrics(c.opts.MeterProvider, c.caps.Backend)
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	return c
 }
@@ -186,10 +194,12 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts *AcquireOptio
 	if err := c.usable(ctx); err != nil {
 		return nil, c.wrap(op, name, err)
 	}
+	start := time.Now()
 	l, err := c.tryOnce(ctx, name, o)
 	if err != nil {
 		return nil, c.wrap(op, name, c.cancelErr(ctx, err))
 	}
+	c.m.granted(l.fence, start)
 	return l, nil
 }
 
@@ -219,16 +229,19 @@ func (c *Client) Acquire(ctx context.Context, name string, opts *AcquireOptions)
 		wctx, cancelT = context.WithTimeoutCause(wctx, o.wait, errWaitElapsed)
 		defer cancelT()
 	}
+	start := time.Now()
 	l, err := c.acquireLoop(wctx, name, o)
 	if err != nil {
 		return nil, c.wrap(op, name, c.waitErr(ctx, wctx, err, o.wait))
 	}
+	c.m.granted(l.fence, start)
 	return l, nil
 }
 
 func (c *Client) acquireLoop(ctx context.Context, name string, o resolved) (*Lease, error) {
 	if bl, ok := c.b.(driver.Blocker); ok {
 		req := driver.AcquireRequest{Name: o.key, Token: newToken(), TTL: o.ttl}
+		c.m.add(c.m.attempts)
 		dl, sent, err := bl.Acquire(ctx, req)
 		if err != nil {
 			return nil, err
@@ -268,8 +281,12 @@ func (c *Client) acquireLoop(ctx context.Context, name string, o resolved) (*Lea
 func (c *Client) tryOnce(ctx context.Context, name string, o resolved) (*Lease, error) {
 	req := driver.AcquireRequest{Name: o.key, Token: newToken(), TTL: o.ttl}
 	sent := time.Now()
+	c.m.add(c.m.attempts)
 	dl, err := c.b.TryAcquire(ctx, req)
 	if err != nil {
+		if errors.Is(err, ErrNotAcquired) {
+			c.m.add(c.m.notAcquired)
+		}
 		return nil, err
 	}
 	return c.adopt(ctx, name, o, dl, sent)
