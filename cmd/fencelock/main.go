@@ -5,6 +5,7 @@
 //	fencelock conformance [--url URL]   the shared conformance suite, a line per check
 //	fencelock lostupdates [--url URL]   lost updates by stall rate × fencing mode
 //	fencelock bench       [--url URL]   acquire+release, hand-off and contention numbers
+//	fencelock compare     [--url URL]…  all stores side by side → docs/comparison.md
 //
 // Without --url each command starts an embedded default store and says
 // where it runs.
@@ -28,6 +29,7 @@ commands:
   conformance  run the conformance suite against a store (a line per check)
   lostupdates  the lost-update table: stall rate × {no fencing, write-only, claim-first}
   bench        acquire+release latency, hand-off latency, contended throughput
+  compare      all of the above across backends → docs/comparison.md
 
 Every command takes --url URL (e.g. mem://, redis://127.0.0.1:6379/0,
 etcd://127.0.0.1:2379/locks, postgres://user@127.0.0.1:5432/db); without it an
@@ -53,6 +55,8 @@ func main() {
 		err = runLostUpdates(ctx, args)
 	case "bench":
 		err = runBench(ctx, args)
+	case "compare":
+		err = runCompare(ctx, args)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
