@@ -130,6 +130,15 @@ func (l *Lease) ValidUntil() time.Time {
 	return l.validUntil
 }
 
+// As sets target to the backend's native view of this lease when it has a
+// supported type (see the backend's package doc) and reports whether it did.
+func (l *Lease) As(target any) bool {
+	if a, ok := l.dl.(driver.Aser); ok && target != nil {
+		return a.As(target)
+	}
+	return false
+}
+
 // Extend sets the lease's TTL to ttl (0: keep the current TTL) from now and
 // renews it in the store. Later automatic renewals use the new TTL. It
 // returns ErrLeaseLost if the lease is gone, ErrReleased after Release, or

@@ -92,7 +92,8 @@ func (m *URLMux) Open(ctx context.Context, rawURL string, opts *Options) (*Clien
 	const op = "open"
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, &Error{Op: op, Err: fmt.Errorf("%w: malformed URL %q: %v; want scheme://..., e.g. redis://127.0.0.1:6379/0 (registered schemes: %s)", ErrInvalid, rawURL, err, m.schemeList())}
+		// The parse error quotes the URL: say neither, it may hold a password.
+		return nil, &Error{Op: op, Err: fmt.Errorf("%w: malformed URL %q; want scheme://..., e.g. redis://127.0.0.1:6379/0 (registered schemes: %s)", ErrInvalid, redactRaw(rawURL), m.schemeList())}
 	}
 	if u.Scheme == "" {
 		return nil, &Error{Op: op, Err: fmt.Errorf("%w: URL %q has no scheme: use one of %s", ErrInvalid, rawURL, m.schemeList())}
@@ -131,6 +132,17 @@ func (m *URLMux) Open(ctx context.Context, rawURL string, opts *Options) (*Clien
 		return nil, &Error{Op: op, Backend: u.Scheme, Err: err}
 	}
 	return New(b, &o), nil
+}
+
+// redactRaw hides the userinfo of a URL that did not parse.
+func redactRaw(raw string) string {
+	if i := strings.Index(raw, "://"); i >= 0 {
+		rest := raw[i+3:]
+		if j := strings.LastIndex(rest, "@"); j >= 0 {
+			return raw[:i+3] + "xxxxx@" + rest[j+1:]
+		}
+	}
+	return raw
 }
 
 func (m *URLMux) schemeList() string {

@@ -77,6 +77,16 @@ func TestOpenAppliesMuxParams(t *testing.T) {
 	}
 }
 
+func TestMalformedURLHidesPassword(t *testing.T) {
+	_, err := fencelock.Open(context.Background(), "redis://user:s3cret@host:port:bad/0")
+	if err == nil || !errors.Is(err, fencelock.ErrInvalid) {
+		t.Fatalf("Open: %v, want ErrInvalid", err)
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("error reveals the password: %v", err)
+	}
+}
+
 func TestSchemesRegistered(t *testing.T) {
 	s := fencelock.Schemes()
 	for _, want := range []string{"mem", "memrpc"} {

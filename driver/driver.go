@@ -114,7 +114,8 @@ type LossNotifier interface {
 }
 
 // Aser is implemented by a Backend that exposes its native client to the
-// portable Client.As escape hatch.
+// portable Client.As escape hatch, and by a Lease that exposes its native
+// handle (a transaction, a session) to Lease.As.
 type Aser interface {
 	// As sets *target to the native client if target has a supported type
 	// and reports whether it did.

@@ -50,7 +50,7 @@ func runLostUpdates(ctx context.Context, args []string) error {
 		defer c.Close()
 		lockers[i], caps, ttl = c, c.Capabilities(), demoTTL(c, *ttlFlag)
 	}
-	newRes, closeRes, err := openResource(ctx, *resource)
+	newRes, closeRes, err := openResource(ctx, *resource, url)
 	if err != nil {
 		return err
 	}
@@ -87,19 +87,19 @@ func runLostUpdates(ctx context.Context, args []string) error {
 }
 
 // openResource returns a factory of fresh guarded counters.
-func openResource(ctx context.Context, kind string) (func(ctx context.Context, id string) (guard.Resource, error), func(), error) {
+func openResource(ctx context.Context, kind, storeURL string) (func(ctx context.Context, id string) (guard.Resource, error), func(), error) {
 	if kind == "memory" {
 		return func(context.Context, string) (guard.Resource, error) { return &guard.Counter{}, nil }, func() {}, nil
 	}
 	if f, ok := resources[kind]; ok {
-		return f(ctx)
+		return f(ctx, storeURL)
 	}
 	return nil, nil, fmt.Errorf("unknown --resource %q: want memory%s", kind, resourceHelp())
 }
 
-// resources holds the real-store guarded counters (registered by files
-// for each store).
-var resources = map[string]func(ctx context.Context) (func(ctx context.Context, id string) (guard.Resource, error), func(), error){}
+// resources holds the real-store guarded counters (registered by a file
+// per store); storeURL is the lock store's URL, which a resource may reuse.
+var resources = map[string]func(ctx context.Context, storeURL string) (func(ctx context.Context, id string) (guard.Resource, error), func(), error){}
 
 func resourceHelp() string {
 	var s string

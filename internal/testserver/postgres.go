@@ -1,6 +1,7 @@
 package testserver
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -177,29 +180,92 @@ func (p *Postgres) Cleanup() {
 // child process, so it cannot be killed, paused or restarted.
 var ErrNoFaultControls = errors.New("testserver: existing server (" + PostgresURLEnv + "): no fault controls; unset it to run fault tests")
 
-// Kill ends the server with SIGKILL to every process (a crash: recovery
-// runs at the next start).
-func (p *Postgres) Kill() error { return p.do(func(c *Proc) error { return c.Kill() }) }
+// PostgreSQL's child processes (backends, checkpointer, ...) each run in a
+// session of their own, so Proc's process-group signals reach only the
+// postmaster. The methods below signal the children too.
 
-// Stop shuts the server down cleanly (SIGTERM: backends end, a shutdown
-// checkpoint is written).
-func (p *Postgres) Stop() error { return p.do(func(c *Proc) error { return c.Stop() }) }
+// Kill ends the server with SIGKILL to the postmaster and every child (a
+// crash: recovery runs at the next Start).
+func (p *Postgres) Kill() error {
+	return p.do(func(c *Proc) error {
+		signalChildren(c.PID(), syscall.SIGKILL)
+		return c.Kill()
+	})
+}
+
+// Stop shuts the server down cleanly with a fast shutdown (SIGINT to the
+// postmaster: sessions are ended, a shutdown checkpoint is written).
+func (p *Postgres) Stop() error {
+	return p.do(func(c *Proc) error {
+		if pid := c.PID(); pid != 0 {
+			_ = syscall.Kill(pid, syscall.SIGINT)
+		}
+		return c.Stop()
+	})
+}
 
 // Start starts a stopped or killed server again on the same port and data.
 func (p *Postgres) Start(ctx context.Context) error {
 	return p.do(func(c *Proc) error { return c.Start(ctx) })
 }
 
-// Restart stops the server cleanly and starts it again.
+// Restart stops the server cleanly (Stop) and starts it again.
 func (p *Postgres) Restart(ctx context.Context) error {
-	return p.do(func(c *Proc) error { return c.Restart(ctx) })
+	if err := p.Stop(); err != nil {
+		return err
+	}
+	return p.Start(ctx)
 }
 
-// Pause freezes every server process with SIGSTOP.
-func (p *Postgres) Pause() error { return p.do(func(c *Proc) error { return c.Pause() }) }
+// Pause freezes the postmaster and every child with SIGSTOP (a frozen VM).
+func (p *Postgres) Pause() error {
+	return p.do(func(c *Proc) error {
+		if err := c.Pause(); err != nil {
+			return err
+		}
+		signalChildren(c.PID(), syscall.SIGSTOP)
+		return nil
+	})
+}
 
 // Resume continues a paused server with SIGCONT.
-func (p *Postgres) Resume() error { return p.do(func(c *Proc) error { return c.Resume() }) }
+func (p *Postgres) Resume() error {
+	return p.do(func(c *Proc) error {
+		signalChildren(c.PID(), syscall.SIGCONT)
+		return c.Resume()
+	})
+}
+
+// signalChildren sends sig to every process whose parent is ppid (Linux:
+// read from /proc; elsewhere a no-op).
+func signalChildren(ppid int, sig syscall.Signal) {
+	if ppid == 0 {
+		return
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may contain spaces and parens.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(ppid) {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
+}
 
 func (p *Postgres) do(f func(*Proc) error) error {
 	if p.Proc == nil {
@@ -248,4 +314,62 @@ func PostgresDSNWith(dsn, name, value string) string {
 	q.Set(name, value)
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+var shared struct {
+	sync.Mutex
+	pg  *Postgres
+	err error
+}
+
+// SharedPostgres returns one server for the whole test binary: the one
+// POSTGRES_URL names, else a child process started on first use (a fresh
+// initdb costs about a second) and stopped by StopSharedPostgres, which the
+// package's TestMain calls after m.Run. Tests on it must use unique lock
+// names and tables. Fault tests use StartPostgresProcess instead. A missing
+// binary skips tb (fails it under CI=true).
+func SharedPostgres(tb testing.TB) *Postgres {
+	tb.Helper()
+	p, err := sharedPostgres()
+	if errors.Is(err, ErrMissing) {
+		Unavailable(tb, "PostgreSQL 15", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// SharedPostgresURL is SharedPostgres for code without a testing.TB
+// (runnable examples): the shared server's URL, or why it cannot start.
+func SharedPostgresURL() (string, error) {
+	p, err := sharedPostgres()
+	if err != nil {
+		return "", fmt.Errorf("%w; %s", err, InstallHint)
+	}
+	return p.URL(), nil
+}
+
+func sharedPostgres() (*Postgres, error) {
+	if u := os.Getenv(PostgresURLEnv); u != "" {
+		return &Postgres{url: u}, nil
+	}
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.pg == nil && shared.err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		shared.pg, shared.err = NewPostgres(ctx)
+		cancel()
+	}
+	return shared.pg, shared.err
+}
+
+// StopSharedPostgres stops the server SharedPostgres started, if any.
+func StopSharedPostgres() {
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.pg != nil {
+		shared.pg.Cleanup()
+		shared.pg = nil
+	}
 }

@@ -1,0 +1,390 @@
+package pgadvisory
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// lease is a granted lock: a transaction on a connection checked out of the
+// pool. Every statement on that connection — renewals, Release, the
+// watcher's check, and the caller's statements through Tx — runs while
+// holding sem, because a pgx connection serves one statement at a time.
+type lease struct {
+	b     *backend
+	key   string // store key (prefix + name)
+	lock  int64  // advisory lock key, Key(key)
+	fence uint64
+
+	sem  chan struct{} // 1 slot: held while a statement runs on pc
+	lost chan struct{} // closed when the store dropped the lease
+
+	conn *pgx.Conn   // pc's connection, for Tx
+	done atomic.Bool // the lease ended (Tx's Conn returns nil)
+
+	// Guarded by sem:
+	pc       *pgxpool.Conn // nil once the lease ended
+	spSeq    int64         // savepoints opened through Tx
+	ms       int64         // current idle_in_transaction_session_timeout
+	depth    int           // savepoints open through Tx
+	ended    error         // why the lease ended (lost or released), nil while held
+	released bool          // ended by Release
+
+	txMu sync.Mutex
+	tx   *leaseTx // the Tx handed out, if any
+
+	ncMu sync.Mutex
+	nc   net.Conn // the socket while the lease owns pc, for breakConn
+}
+
+var (
+	_ driver.Lease        = (*lease)(nil)
+	_ driver.LossNotifier = (*lease)(nil)
+)
+
+func newLease(b *backend, pc *pgxpool.Conn, key string, lock int64, fence uint64, ms int64) *lease {
+	return &lease{b: b, key: key, lock: lock, fence: fence, pc: pc, ms: ms,
+		sem: make(chan struct{}, 1), lost: make(chan struct{}), conn: pc.Conn(), nc: pc.Conn().PgConn().Conn()}
+}
+
+func (l *lease) Fence() uint64 { return l.fence }
+
+// Lost implements driver.LossNotifier: closed when the lease's connection
+// was found dead or its transaction aborted.
+func (l *lease) Lost() <-chan struct{} { return l.lost }
+
+// acquire takes sem, or returns ctx's error.
+func (l *lease) acquire(ctx context.Context) error {
+	select {
+	case l.sem <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case l.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w (pgadvisory: a statement was still running on the lease's connection)", ctxErr(ctx))
+	}
+}
+
+func (l *lease) tryAcquire() bool {
+	select {
+	case l.sem <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *lease) release() { <-l.sem }
+
+// Extend implements driver.Lease: one statement on the lease's connection,
+// which restarts the server's idle timer — an empty query, or set_config
+// when ttl changes the timeout.
+func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
+	ms, err := ttlMillis(ttl)
+	if err != nil {
+		return err
+	}
+	if err := l.acquire(ctx); err != nil {
+		return err
+	}
+	defer l.release()
+	if l.ended != nil {
+		return l.ended
+	}
+	pg := l.pc.Conn().PgConn()
+	if err := l.checkLocked(); err != nil {
+		return err
+	}
+	sql := "-- fencelock renew"
+	if ms != l.ms {
+		if pg.TxStatus() == 'E' {
+			return fmt.Errorf("pgadvisory: cannot change the TTL while a savepoint of the lease's transaction has failed: roll the savepoint back first")
+		}
+		sql = "SELECT set_config('idle_in_transaction_session_timeout', '" + strconv.FormatInt(ms, 10) + "', true)"
+	}
+	err = pg.Exec(ctx, sql).Close()
+	if err == nil {
+		l.ms = ms
+		return nil
+	}
+	if !pg.IsClosed() && !fatal(err) && pg.TxStatus() != 'I' {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (pgadvisory: renewal not sent: %v)", ctxErr(ctx), err)
+		}
+		return fmt.Errorf("%w: pgadvisory: renewal: %w", driver.ErrUnavailable, err)
+	}
+	return l.loseLocked("its connection broke during a renewal", err)
+}
+
+// checkLocked ends the lease if its connection is closed or its
+// transaction can no longer commit. Callers hold sem.
+func (l *lease) checkLocked() error {
+	pg := l.pc.Conn().PgConn()
+	switch {
+	case pg.IsClosed():
+		return l.loseLocked("its connection is closed (killed backend, idle timeout, or network)", nil)
+	case pg.TxStatus() == 'I':
+		return l.loseLocked("its transaction ended outside fencelock (a COMMIT or ROLLBACK sent through Tx().Conn()?)", nil)
+	case pg.TxStatus() == 'E' && l.depth == 0:
+		return l.loseLocked("a statement failed in its transaction, which can no longer commit (use tx.Begin for statements that may fail)", nil)
+	}
+	return nil
+}
+
+// loseLocked ends the lease as lost: it frees the server side (ROLLBACK on a
+// live connection, else close), closes Lost, and returns ErrLeaseLost
+// (wrapped, with cause if any). Callers hold sem.
+func (l *lease) loseLocked(why string, cause error) error {
+	if l.ended != nil {
+		return l.ended
+	}
+	pc := l.pc
+	l.pc = nil
+	if cause != nil {
+		l.ended = fmt.Errorf("%w: pgadvisory: %s: %w", driver.ErrLeaseLost, why, cause)
+	} else {
+		l.ended = fmt.Errorf("%w: pgadvisory: %s", driver.ErrLeaseLost, why)
+	}
+	l.finish()
+	close(l.lost)
+	pg := pc.Conn().PgConn()
+	if !pg.IsClosed() && pg.TxStatus() == 'E' {
+		rollback(pc)
+	} else {
+		discard(pc)
+	}
+	return l.ended
+}
+
+// finish unregisters the lease and gives up its socket (the connection is
+// about to go back to the pool). Callers hold sem.
+func (l *lease) finish() {
+	l.done.Store(true)
+	unregister(l)
+	l.b.watch.remove(l)
+	l.ncMu.Lock()
+	l.nc = nil
+	l.ncMu.Unlock()
+}
+
+// Release implements driver.Lease: COMMIT, which frees the lock and commits
+// what was written through Tx. If writes were made through Tx and the
+// portable lease had ended or passed its validity deadline, it sends
+// ROLLBACK instead and returns ErrLeaseLost, so that data is never committed
+// for a lease reported lost.
+func (l *lease) Release(ctx context.Context) error {
+	if err := l.acquire(ctx); err != nil {
+		// A statement made through Tx is still running. Break the connection:
+		// the server rolls the transaction back and frees the lock.
+		l.breakConn()
+		return fmt.Errorf("pgadvisory: release: a statement on the lease's transaction was still running; the connection was closed, which rolled the transaction back and freed the lock: %w", err)
+	}
+	defer l.release()
+	if l.ended != nil {
+		if l.released {
+			return nil
+		}
+		return l.ended
+	}
+	if err := l.checkLocked(); err != nil {
+		return err
+	}
+	pc := l.pc
+	pg := pc.Conn().PgConn()
+	usedTx, stale := l.txState()
+	end := "COMMIT"
+	if stale {
+		end = "ROLLBACK"
+	}
+	rs, err := pg.Exec(ctx, end).ReadAll()
+	if err == nil {
+		err = resultErr(rs, 1, 0)
+	}
+	tag := ""
+	if len(rs) > 0 {
+		tag = rs[0].CommandTag.String()
+	}
+	l.pc = nil
+	l.finish()
+	pc.Release() // back to the pool if idle, else the pool closes it
+	switch {
+	case err != nil && (pg.IsClosed() || fatal(err)):
+		l.ended = fmt.Errorf("%w: pgadvisory: the connection broke during %s; the server ended the transaction and freed the lock: %w", driver.ErrLeaseLost, end, err)
+		if usedTx && !stale {
+			l.ended = fmt.Errorf("%w (%w: the writes made through Tx may or may not be committed)", l.ended, driver.ErrIndeterminate)
+		}
+		close(l.lost)
+		return l.ended
+	case err != nil:
+		// e.g. a deferred constraint or serialization failure at COMMIT.
+		l.ended, l.released = driver.ErrReleased, true
+		return fmt.Errorf("pgadvisory: %s of the lease's transaction failed; the writes made through Tx were rolled back (the lock is free): %w", end, err)
+	case stale:
+		l.ended = fmt.Errorf("%w: pgadvisory: the lease had ended or expired before Release: the writes made through Tx were rolled back", driver.ErrLeaseLost)
+		return l.ended
+	case tag != end:
+		l.ended = fmt.Errorf("%w: pgadvisory: the lease's transaction had failed (%s answered %s): the writes made through Tx were rolled back", driver.ErrLeaseLost, end, tag)
+		return l.ended
+	}
+	l.ended, l.released = driver.ErrReleased, true
+	return nil
+}
+
+// txState reports whether Tx was used, and whether its portable lease has
+// ended or passed its validity deadline (then its writes must not commit).
+func (l *lease) txState() (used, stale bool) {
+	l.txMu.Lock()
+	t := l.tx
+	l.txMu.Unlock()
+	if t == nil {
+		return false, false
+	}
+	p := t.portable
+	return true, p.Err() != nil || !time.Now().Before(p.ValidUntil())
+}
+
+// abandon ends the lease without a word to the server beyond closing the
+// connection (a failed grant, a closing backend).
+func (l *lease) abandon() {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if l.acquire(ctx) != nil {
+		l.breakConn()
+		return
+	}
+	defer l.release()
+	if l.ended != nil {
+		return
+	}
+	pc := l.pc
+	l.pc = nil
+	l.ended = fmt.Errorf("%w: pgadvisory: %w", driver.ErrLeaseLost, driver.ErrClosed)
+	l.finish()
+	discard(pc)
+}
+
+// breakConn closes the lease's socket without taking sem (a statement is in
+// flight on it): the statement fails, the server ends the transaction, and
+// whoever holds sem finds the connection closed.
+func (l *lease) breakConn() {
+	l.ncMu.Lock()
+	defer l.ncMu.Unlock()
+	if l.nc != nil {
+		_ = l.nc.Close()
+	}
+}
+
+// check is the watcher's look at an idle lease: if no statement is running
+// and the server has closed the connection (a FATAL message, then EOF), the
+// lease is lost. It sends nothing.
+func (l *lease) check() {
+	if !l.tryAcquire() {
+		return // a statement is running; it will see a dead connection itself
+	}
+	defer l.release()
+	if l.ended != nil {
+		return
+	}
+	if l.checkLocked() != nil {
+		return
+	}
+	pg := l.pc.Conn().PgConn()
+	st := peekNone
+	if pg.Frontend().ReadBufferLen() > 0 {
+		st = peekData
+	} else {
+		st = peek(pg.Conn())
+	}
+	switch st {
+	case peekClosed:
+		_ = l.loseLocked("the server closed its connection (killed backend or idle timeout)", nil)
+	case peekData:
+		// An unsolicited message: a notice, a parameter change, or the FATAL
+		// that precedes the server closing the connection.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := pg.ReceiveMessage(ctx); err != nil || pg.IsClosed() {
+			_ = l.loseLocked("the server ended its session", err)
+		}
+	}
+}
+
+// resultErr checks that a multi-statement Exec gave want results, none
+// failed, and that the last one has cols columns in one row (cols 0: no
+// check).
+func resultErr(rs []*pgconn.Result, want, cols int) error {
+	for _, r := range rs {
+		if r.Err != nil {
+			return r.Err
+		}
+	}
+	if len(rs) != want {
+		return fmt.Errorf("pgadvisory: got %d results, want %d", len(rs), want)
+	}
+	if last := rs[want-1]; cols > 0 && (len(last.Rows) != 1 || len(last.Rows[0]) != cols) {
+		return fmt.Errorf("pgadvisory: got an unexpected result shape %v", last.Rows)
+	}
+	return nil
+}
+
+// registry maps fences to live leases, for Tx (the portable Lease does not
+// expose its driver lease). Fences are transaction IDs, unique per
+// PostgreSQL cluster; leases of different clusters that share one are told
+// apart by name, and Tx refuses if that is still ambiguous.
+var registry = struct {
+	sync.Mutex
+	m map[uint64][]*lease
+}{m: map[uint64][]*lease{}}
+
+func register(l *lease) {
+	registry.Lock()
+	registry.m[l.fence] = append(registry.m[l.fence], l)
+	registry.Unlock()
+}
+
+func unregister(l *lease) {
+	registry.Lock()
+	defer registry.Unlock()
+	ls := registry.m[l.fence]
+	for i, x := range ls {
+		if x == l {
+			ls = append(ls[:i], ls[i+1:]...)
+			break
+		}
+	}
+	if len(ls) == 0 {
+		delete(registry.m, l.fence)
+	} else {
+		registry.m[l.fence] = ls
+	}
+}
+
+// lookup finds the live driver lease behind p.
+func lookup(p *fencelock.Lease) *lease {
+	registry.Lock()
+	defer registry.Unlock()
+	var found *lease
+	for _, l := range registry.m[uint64(p.Fence())] {
+		if len(l.key) >= len(p.Name()) && l.key[len(l.key)-len(p.Name()):] == p.Name() {
+			if found != nil {
+				return nil // ambiguous
+			}
+			found = l
+		}
+	}
+	return found
+}

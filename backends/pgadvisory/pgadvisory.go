@@ -1,0 +1,541 @@
+// Package pgadvisory is the PostgreSQL backend of fencelock: a lease is a
+// transaction holding pg_advisory_xact_lock on a 64-bit key derived from the
+// lock name, with a fencing token issued by the server. It uses pgx v5
+// (pgxpool) and registers the URL schemes postgres:// and postgresql://.
+//
+//	import (
+//		"github.com/jackc/pgx/v5/pgxpool"
+//		"github.com/fencelock/fencelock/backends/pgadvisory"
+//	)
+//
+//	pool, _ := pgxpool.New(ctx, "postgres://app@db:5432/app")
+//	locks := pgadvisory.New(pool, nil)
+//
+// or, by URL, fencelock.Open(ctx, "postgres://app@db:5432/app?ttl=10s").
+// PostgreSQL 13 or later is required (pg_current_xact_id); connect to the
+// primary.
+//
+// # Key
+//
+// The advisory lock key of a name (after the Client's Prefix) is Key(name):
+// BLAKE2b with an 8-byte digest of the UTF-8 name, read big-endian as a
+// signed int64 — the number Python computes with
+//
+//	int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
+//
+// so a worker in any language that takes pg_advisory_xact_lock (or
+// pg_advisory_lock) on that number excludes fencelock's holders of the same
+// name, and the reverse. The key space is shared with every other user of
+// single-bigint advisory locks in the database (the two-int4 form,
+// pg_advisory_lock(int, int), is a separate space). Two names collide with
+// probability 2⁻⁶⁴; among n names some pair collides with probability about
+// n²/2⁶⁵ (one in 37 million for a million names). A collision makes two names
+// share one lock — they exclude each other, never two holders of one name —
+// and fences stay increasing per name, as they are cluster-wide. Use
+// fencelock.Options.Prefix as a namespace (the prefix is hashed with the
+// name) when several applications share a database.
+//
+// # Lease = transaction
+//
+// A grant is one round trip on a connection taken from the pool:
+//
+//	BEGIN;
+//	SELECT set_config('idle_in_transaction_session_timeout', '<TTL ms>', true),
+//	       CASE WHEN pg_try_advisory_xact_lock(<key>) THEN pg_current_xact_id() END;
+//
+// The connection stays checked out, idle in that transaction, until the
+// lease ends; each held lease and each waiting Acquire uses one connection
+// of the pool, so size pool_max_conns for them (pgx's default is the larger
+// of 4 and the number of CPUs), and PostgreSQL's max_connections: an open
+// transaction pins a server connection, behind PgBouncer too, so for
+// thousands of concurrent leases pick another backend. Release sends COMMIT: the lock is freed at once and the next waiter in the
+// server's queue is granted in the same instant. A connection that dies
+// (killed backend, crashed client, network cut noticed by TCP) ends the
+// transaction, which frees the lock at once.
+//
+// TTL: the server ends a session that stays idle in its transaction longer
+// than idle_in_transaction_session_timeout, which is set (SET LOCAL) to the
+// lease's TTL in milliseconds, so a hung holder is cut off by the server
+// itself: the server's clock decides. A renewal (Extend, automatic at TTL/3)
+// is one statement on the lease's connection — an empty query, or set_config
+// when the TTL changes — which resets the server's idle timer. The longest
+// TTL is MaxTTL (the setting's limit, about 24.8 days).
+//
+// Blocking Acquire waits in the server's own lock queue (pg_advisory_xact_lock,
+// FIFO): a waiter is granted the moment the holder commits, without polling.
+// statement_timeout and lock_timeout are lifted for the wait and restored
+// after it. A cancelled wait sends a cancel request, then closes its
+// connection instead of returning it to the pool, so nothing is left held
+// and no late cancel request can hit another user of that connection.
+//
+// # Fence
+//
+// The fence is the lease transaction's own ID, pg_current_xact_id(), taken
+// right after the lock is granted. Transaction IDs are 64-bit (xid8: epoch
+// and xid), assigned from one cluster-wide counter, and never reused nor
+// rolled back (a rolled-back transaction's ID is consumed too), so a grant
+// after another grant of the same name always has a larger fence: the next
+// holder's ID is assigned after the previous holder's transaction ended. It
+// fits in an int64 and is never 0. No table or sequence is needed, so the
+// backend works for any role that can connect, and behind PgBouncer. A
+// sequence would do as well but needs DDL; a counter row updated in the
+// lease's transaction would not (it rolls back with a lost lease).
+//
+// An ID that no durable WAL record mentions can be handed out again after a
+// server crash (not after a clean restart): a lease transaction writes no
+// WAL, so its ID becomes durable only with a later record. Before a grant is
+// returned, therefore, the backend commits one small transactional WAL
+// message on a connection of its own, with synchronous_commit not off:
+//
+//	SELECT pg_logical_emit_message(true, 'fencelock', '')
+//
+// It is committed after the fence was assigned, so once it is durable the
+// server restarts past the fence, even after a crash (TestFenceSurvivesServerCrash
+// kills the server right after a grant; without the flush the fence repeats). Concurrent grants share one such commit (group
+// commit). This is what makes the guarantee FenceStrict: as strong as
+// PostgreSQL's durability of a committed transaction (with synchronous
+// replication, across failover too; with asynchronous replicas a failover
+// can lose it, as it can lose any commit). Config.NoFenceFlush skips the
+// commit, saving a round trip per grant, and declares FenceBestEffort.
+// Logical decoding plugins see the messages (prefix "fencelock") only if
+// they ask for messages.
+//
+// # Transaction-scoped mode
+//
+// Tx(lease) returns the lease's own transaction as a pgx.Tx. Writes made
+// through it commit in the same COMMIT that releases the lock, so they are
+// applied only if the lock was held without a break until the end: if the
+// server cut the lease (TTL) or its connection died, they are rolled back.
+// This is the strongest mode — no fence check is needed for data in the same
+// database — and the one to use when the protected data lives in this
+// PostgreSQL database. Use fences (package guard) for data elsewhere. See Tx
+// for the rules (statements are serialized with renewals; Commit and Rollback
+// are the lease's; savepoints through Begin).
+//
+// # PgBouncer
+//
+// Everything is transaction-scoped (no session-level lock or setting
+// survives the transaction), statements are sent with the simple query
+// protocol, and cancel requests go through PgBouncer, so the backend works
+// behind PgBouncer in transaction pooling mode. The fence flush uses its
+// own connection, which may land on any server connection: it only has to
+// reach the same PostgreSQL server.
+//
+// # Cost
+//
+// Uncontended, a grant is one round trip plus, with the fence flush on
+// (the default), one more on the flush connection (group-committed across
+// concurrent grants); Release is one; a TryAcquire that finds the lock held
+// is two (the lease transaction is rolled back). The raw pgx way — Begin,
+// SELECT pg_try_advisory_xact_lock, Commit — is three. A hand-off is the
+// holder's COMMIT plus the waiter's fence flush. Each Client keeps one extra
+// connection for the flush, opened with the pool's settings and hooks.
+// PostgreSQL 17's pg_logical_emit_message(..., flush => true) could make the
+// flush part of the grant's own round trip; this package does not use it yet.
+//
+// # Loss
+//
+// A lease reports loss (driver.LossNotifier) when its connection is found
+// dead: by a renewal, by Release, or by one watcher goroutine per Client that
+// sweeps the idle lease connections every 25 ms (longer with thousands of
+// leases), with a non-blocking, non-consuming peek at each socket (a killed
+// backend or the idle timeout sends a FATAL message and closes). The sweep
+// sends nothing, so it never renews a lease behind its holder's back.
+package pgadvisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// MinTTL is the shortest lease TTL accepted. PostgreSQL keeps the idle
+// timeout in milliseconds and fires it from a timer, exactly enough; but a
+// lease renews at TTL/3 with a round trip on its connection and ends locally
+// 2 ms + 1% before its TTL, so below 10 ms one scheduling hiccup costs it.
+const MinTTL = 10 * time.Millisecond
+
+// MaxTTL is the longest lease TTL accepted: the largest
+// idle_in_transaction_session_timeout, 2³¹−1 ms (about 24.8 days).
+const MaxTTL = time.Duration(math.MaxInt32) * time.Millisecond
+
+// Config configures the backend beyond fencelock.Options. The zero value
+// is the default.
+type Config struct {
+	// NoFenceFlush skips the durable commit that makes each fence survive a
+	// server crash (see the package doc), saving one round trip per grant.
+	// Capabilities then declare FenceBestEffort. URL: fence_flush=false.
+	NoFenceFlush bool
+}
+
+// New returns a Client that takes its locks in the PostgreSQL database of
+// pool. opts may be nil. New panics if pool is nil.
+//
+// The Client does not own pool: Client.Close ends the Client's leases and
+// goroutines and closes its own fence-flush connection, but leaves pool open
+// for the caller to close after it.
+func New(pool *pgxpool.Pool, opts *fencelock.Options) *fencelock.Client {
+	return NewWithConfig(pool, nil, opts)
+}
+
+// NewWithConfig is New with backend settings; cfg may be nil.
+func NewWithConfig(pool *pgxpool.Pool, cfg *Config, opts *fencelock.Options) *fencelock.Client {
+	if pool == nil {
+		panic("fencelock/backends/pgadvisory: New with a nil pgxpool.Pool")
+	}
+	return fencelock.New(newBackend(pool, false, cfg), opts)
+}
+
+// backend is the driver. It implements driver.Backend, driver.Blocker and
+// driver.Aser.
+type backend struct {
+	pool  *pgxpool.Pool
+	owns  bool // Close closes pool (URL-opened)
+	caps  driver.Capabilities
+	flush *flusher // nil with Config.NoFenceFlush
+	watch *watcher
+
+	mu     sync.Mutex
+	closed bool
+	ops    sync.WaitGroup // acquires in flight
+}
+
+var (
+	_ driver.Backend = (*backend)(nil)
+	_ driver.Blocker = (*backend)(nil)
+	_ driver.Aser    = (*backend)(nil)
+)
+
+func newBackend(pool *pgxpool.Pool, owns bool, cfg *Config) *backend {
+	b := &backend{pool: pool, owns: owns, watch: newWatcher()}
+	b.caps = driver.Capabilities{
+		Backend:        "pgadvisory",
+		Fence:          driver.FenceStrict,
+		FenceSource:    "pg_current_xact_id() of the lease's transaction (xid8), made crash-durable by a committed WAL message before the grant returns",
+		MinTTL:         MinTTL,
+		TTLGranularity: time.Millisecond,
+		TimeAuthority:  driver.TimeServer,
+		Wait:           driver.WaitQueue,
+		FIFO:           true,
+		NodeLoss:       driver.NodeLossUnsafe,
+	}
+	if cfg != nil && cfg.NoFenceFlush {
+		b.caps.Fence = driver.FenceBestEffort
+		b.caps.FenceSource = "pg_current_xact_id() of the lease's transaction (xid8); may repeat after a server crash (fence flush off)"
+	} else {
+		b.flush = newFlusher(pool)
+	}
+	return b
+}
+
+func (b *backend) Capabilities() driver.Capabilities { return b.caps }
+
+// As sets *target to the pool for target type **pgxpool.Pool.
+func (b *backend) As(target any) bool {
+	if p, ok := target.(**pgxpool.Pool); ok {
+		*p = b.pool
+		return true
+	}
+	return false
+}
+
+// Close stops the watcher and the fence flusher, closes the connections of
+// leases still held (the server frees their locks at once), and closes the
+// pool if the backend opened it.
+func (b *backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+	b.ops.Wait()
+	for _, l := range b.watch.close() {
+		l.abandon()
+	}
+	if b.flush != nil {
+		b.flush.close()
+	}
+	if b.owns {
+		b.pool.Close()
+	}
+	return nil
+}
+
+// begin registers an acquire in flight; false once closed.
+func (b *backend) begin() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.ops.Add(1)
+	return true
+}
+
+// conn takes a connection from the pool.
+func (b *backend) conn(ctx context.Context) (*pgxpool.Conn, error) {
+	pc, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return nil, storeErr(ctx, "get a connection from the pool", err)
+	}
+	return pc, nil
+}
+
+// cleanupTimeout bounds the ROLLBACK or close that frees a connection after
+// a failed or cancelled acquire, on a context detached from the caller's.
+const cleanupTimeout = 2 * time.Second
+
+// discard closes pc's connection (the server ends its transaction and frees
+// any lock in it) and returns it to the pool, which drops it.
+func discard(pc *pgxpool.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_ = pc.Conn().PgConn().Close(ctx)
+	pc.Release()
+}
+
+// rollback ends pc's transaction and returns pc to the pool; if that fails
+// the connection is closed instead.
+func rollback(pc *pgxpool.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	pg := pc.Conn().PgConn()
+	if pg.IsClosed() || pg.Exec(ctx, "ROLLBACK").Close() != nil || pg.TxStatus() != 'I' {
+		_ = pg.Close(ctx)
+	}
+	pc.Release()
+}
+
+func ttlMillis(ttl time.Duration) (int64, error) {
+	if ttl <= 0 || ttl > MaxTTL {
+		return 0, fmt.Errorf("%w: TTL %v: PostgreSQL's idle_in_transaction_session_timeout takes 1ms to %v: pass a TTL in that range and renew", driver.ErrInvalid, ttl, MaxTTL)
+	}
+	ms := (ttl + time.Millisecond - 1) / time.Millisecond // round up: the server never cuts earlier than the TTL
+	return int64(ms), nil
+}
+
+// TryAcquire implements driver.Backend: one round trip opens the lease
+// transaction and tries the lock; a miss costs a second one (ROLLBACK).
+// When it returns an error nothing is held: a connection whose state is
+// unknown is closed, which ends its transaction.
+func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
+	ms, err := ttlMillis(req.TTL)
+	if err != nil {
+		return nil, err
+	}
+	if !b.begin() {
+		return nil, driver.ErrClosed
+	}
+	defer b.ops.Done()
+	key := Key(req.Name)
+	pc, err := b.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if b.flush != nil {
+		b.flush.warm()
+	}
+	sql := "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '" + strconv.FormatInt(ms, 10) +
+		"', true), CASE WHEN pg_try_advisory_xact_lock(" + strconv.FormatInt(key, 10) + ") THEN pg_current_xact_id()::text END"
+	rs, err := pc.Conn().PgConn().Exec(ctx, sql).ReadAll()
+	if err == nil {
+		err = resultErr(rs, 2, 2)
+	}
+	if err != nil {
+		discard(pc)
+		return nil, storeErr(ctx, "try to take the lock", err)
+	}
+	fv := rs[1].Rows[0][1]
+	if fv == nil {
+		rollback(pc)
+		return nil, fmt.Errorf("%w (advisory lock key %d is held by another session)", driver.ErrNotAcquired, key)
+	}
+	l, err := b.grant(ctx, pc, req, key, fv, ms)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Acquire implements driver.Blocker: the wait is the server's FIFO lock
+// queue, so a waiter is granted the moment the holder commits.
+func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
+	ms, err := ttlMillis(req.TTL)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if !b.begin() {
+		return nil, time.Time{}, driver.ErrClosed
+	}
+	defer b.ops.Done()
+	for attempt := 1; ; attempt++ {
+		l, sent, err := b.acquireOnce(ctx, req, ms)
+		if errors.Is(err, errCutBeforeReturn) && ctx.Err() == nil && attempt < maxCutRetries {
+			continue // nobody saw that grant: wait again
+		}
+		if errors.Is(err, errCutBeforeReturn) {
+			return nil, time.Time{}, fmt.Errorf("%w: %w %d times in a row: the TTL %v is too short for this server's round trips; use a longer TTL", driver.ErrUnavailable, err, attempt, req.TTL)
+		}
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		return l, sent, nil
+	}
+}
+
+// maxCutRetries bounds how often Acquire waits again after the server cut
+// its grant before it could be returned.
+const maxCutRetries = 3
+
+// errCutBeforeReturn: the server cut a grant (its idle timeout) before
+// Acquire could return it, because making its fence durable took longer
+// than the TTL.
+var errCutBeforeReturn = errors.New("pgadvisory: the server cut the grant before it was returned")
+
+// acquireOnce waits once in the server's queue.
+func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms int64) (*lease, time.Time, error) {
+	key := Key(req.Name)
+	pc, err := b.conn(ctx)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if b.flush != nil {
+		b.flush.warm()
+	}
+	pg := pc.Conn().PgConn()
+	var sb strings.Builder
+	sb.WriteString("BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '")
+	sb.WriteString(strconv.FormatInt(ms, 10))
+	sb.WriteString("', true), set_config('fencelock.statement_timeout', current_setting('statement_timeout'), true)," +
+		" set_config('fencelock.lock_timeout', current_setting('lock_timeout'), true)," +
+		" set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)")
+	if serverMajor(pg.ParameterStatus("server_version")) >= 14 {
+		// A waiter whose client vanished leaves the queue within a second.
+		sb.WriteString(", set_config('client_connection_check_interval', '1000', true)")
+	}
+	sb.WriteString("; SELECT pg_advisory_xact_lock(")
+	sb.WriteString(strconv.FormatInt(key, 10))
+	sb.WriteString("); SELECT set_config('statement_timeout', current_setting('fencelock.statement_timeout'), true)," +
+		" set_config('lock_timeout', current_setting('fencelock.lock_timeout'), true), pg_current_xact_id()::text")
+
+	// The wait runs detached from ctx: when ctx ends we ask the server to
+	// cancel it (the connection survives), and only if that does not end it
+	// within cancelGrace we break the connection.
+	execCtx, cancelExec := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelExec()
+	cancelled := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cancelled)
+		// A cancel request that reaches the server before the query does is
+		// ignored, so repeat it until the wait ends. Backstop: a server that
+		// does not honour it in time (unreachable, frozen) gets its
+		// connection broken.
+		deadline := time.Now().Add(cancelGrace)
+		for {
+			cctx, cancel := context.WithDeadline(execCtx, deadline)
+			_ = pg.CancelRequest(cctx)
+			cancel()
+			t := time.NewTimer(cancelRetry)
+			select {
+			case <-execCtx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if time.Now().After(deadline) {
+				cancelExec()
+				return
+			}
+		}
+	})
+	sent := time.Now()
+	rs, err := pg.Exec(execCtx, sb.String()).ReadAll()
+	cancelExec() // the wait is over: release the AfterFunc, if it runs
+	if !stop() {
+		<-cancelled
+	}
+	if ctx.Err() != nil {
+		// Granted or not, nothing may stay held: closing the connection ends
+		// the transaction (and keeps a late cancel request from reaching a
+		// later user of the connection).
+		discard(pc)
+		return nil, time.Time{}, ctxErr(ctx)
+	}
+	if err == nil {
+		err = resultErr(rs, 4, 3)
+	}
+	if err != nil {
+		discard(pc)
+		return nil, time.Time{}, storeErr(ctx, "wait for the lock", err)
+	}
+	l, err := b.grant(ctx, pc, req, key, rs[3].Rows[0][2], ms)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	// The server's idle timer started when the granting statement ended, not
+	// when it was sent. After a long wait, restart it now so that the lease's
+	// validity does not start in the past.
+	if time.Since(sent) > req.TTL/4 {
+		renewed := time.Now()
+		if err := l.Extend(ctx, req.TTL); err != nil {
+			l.abandon()
+			if errors.Is(err, driver.ErrLeaseLost) {
+				return nil, time.Time{}, fmt.Errorf("%w: %w", errCutBeforeReturn, err)
+			}
+			return nil, time.Time{}, storeErr(ctx, "start the TTL after the wait", err)
+		}
+		sent = renewed
+	}
+	return l, sent, nil
+}
+
+// cancelGrace bounds how long a cancelled wait waits for the server to
+// honour its cancel requests, sent every cancelRetry, before it breaks the
+// connection.
+const (
+	cancelGrace = 2 * time.Second
+	cancelRetry = 50 * time.Millisecond
+)
+
+// grant turns a granted transaction into a lease: it parses the fence,
+// makes it durable, and starts watching the connection.
+func (b *backend) grant(ctx context.Context, pc *pgxpool.Conn, req driver.AcquireRequest, key int64, fv []byte, ms int64) (*lease, error) {
+	fence, err := strconv.ParseInt(string(fv), 10, 64)
+	if err != nil || fence <= 0 {
+		discard(pc)
+		return nil, fmt.Errorf("pgadvisory: pg_current_xact_id() returned %q, not a positive int64", fv)
+	}
+	l := newLease(b, pc, req.Name, key, uint64(fence), ms)
+	if b.flush != nil {
+		if err := b.flush.wait(ctx); err != nil {
+			l.abandon()
+			return nil, storeErr(ctx, "make the fence durable (pg_logical_emit_message)", err)
+		}
+	}
+	register(l)
+	b.watch.add(l)
+	return l, nil
+}
+
+// serverMajor parses the major version from server_version ("15.8 (Debian
+// ...)" → 15); 0 if unknown.
+func serverMajor(v string) int {
+	i := 0
+	for i < len(v) && v[i] >= '0' && v[i] <= '9' {
+		i++
+	}
+	n, _ := strconv.Atoi(v[:i])
+	return n
+}
