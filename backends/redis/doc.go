@@ -36,8 +36,10 @@
 //     integer, has no TTL and is never deleted (release and expiry leave it;
 //     one small key per lock name ever used).
 //   - Release channel B:released: Release PUBLISHes K on it.
+//   - Void key B:void:<token>, only after an acquire attempt whose reply was
+//     lost (see Operations); it expires after 5 minutes.
 //
-// Both keys share a hash tag of K's slot, so every script touches one
+// All these keys share a hash tag of K's slot, so every script touches one
 // Redis Cluster slot.
 //
 // # Operations
@@ -48,8 +50,13 @@
 //   - Acquire: SET K token NX PX ttl; only if that succeeds, fence =
 //     max(stored + 1, server TIME in microseconds), stored back and returned.
 //     A retried script whose first run was granted (its reply lost) answers
-//     the same grant. If the outcome of an attempt is unknown, TryAcquire
-//     runs the release script for that attempt's token before it returns.
+//     the same grant.
+//   - Abandon: when the outcome of an attempt is unknown (ctx ended or the
+//     connection broke after the request was sent), TryAcquire releases a
+//     grant made under that attempt's token and marks the token void before
+//     it returns, so the request grants nothing if a stalled server only
+//     runs it later. If the server cannot be reached for that either, the
+//     error wraps ErrIndeterminate: the lock may stay held until its TTL.
 //   - Release: delete K only if it holds our token (compare-and-delete),
 //     then PUBLISH. Otherwise ErrLeaseLost; another holder's lock is never
 //     touched.
@@ -107,6 +114,14 @@
 // broadcasts to every node, so the one connection (to any node) hears every
 // shard and survives failover; sharded pub/sub would avoid the broadcast
 // but need a connection per shard.
+//
+// # Redis Cluster failover
+//
+// go-redis reloads its slot map on MOVED replies and every
+// ClusterStateReloadInterval (60s by default), not when a primary stops
+// answering. The backend asks it to reload whenever a cluster call fails
+// to reach a node, so acquiring works again as soon as a replica is
+// promoted (about NodeTimeout plus the election), not a minute later.
 //
 // # Timeouts
 //

@@ -15,6 +15,8 @@ import (
 // classify wraps a go-redis error once, with the driver sentinel it means:
 //   - ErrClosed when the go-redis client was closed;
 //   - the ctx error when ctx ended (errors.Is(err, ctx.Err()) holds);
+//   - ErrInvalid for a MOVED or ASK reply: a single-server client talks to
+//     a Redis Cluster node;
 //   - nothing more for a Redis error reply that says the request itself is
 //     wrong (WRONGTYPE, NOPERM, a script error): retrying will not help;
 //   - ErrUnavailable otherwise: network errors, timeouts, and replies that
@@ -27,6 +29,8 @@ func classify(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("redis %s: %w", op, err)
 	case ctx.Err() != nil:
 		return fmt.Errorf("redis %s: %w (%w)", op, ctx.Err(), err)
+	case isReply(err) && (strings.HasPrefix(err.Error(), "MOVED ") || strings.HasPrefix(err.Error(), "ASK ")):
+		return fmt.Errorf("%w: redis %s: %w: the server is a Redis Cluster node: open it with ?cluster=true or pass a *goredis.ClusterClient", driver.ErrInvalid, op, err)
 	case isReply(err) && !unavailableReply(err):
 		return fmt.Errorf("redis %s: %w", op, err)
 	}
@@ -42,7 +46,7 @@ func isReply(err error) bool {
 // unavailableReply reports whether a server error reply means "cannot
 // serve now" rather than "bad request".
 func unavailableReply(err error) bool {
-	for _, p := range []string{"LOADING", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "TRYAGAIN", "BUSY", "NOREPLICAS", "MOVED", "ASK", "OOM", "MAXCLIENTS", "ERR max number of clients"} {
+	for _, p := range []string{"LOADING", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "TRYAGAIN", "BUSY", "NOREPLICAS", "OOM", "MAXCLIENTS", "ERR max number of clients"} {
 		if strings.HasPrefix(err.Error(), p) {
 			return true
 		}

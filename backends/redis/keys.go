@@ -11,14 +11,18 @@ type keys struct {
 	lock    string // the lock key: the (prefixed) name exactly as given
 	fence   string // the fence counter; no TTL, never deleted
 	channel string // the pub/sub channel Release publishes to
+	base    string // the hash-tagged base of fence and channel
 }
+
+// void is the key that marks an abandoned acquire attempt's token.
+func (k keys) void(token string) string { return k.base + ":void:" + token }
 
 // keysFor maps a lock key to its keys. The fence key and the channel share
 // a hash tag whose Cluster slot is the lock key's slot, so one script can
 // touch both keys on any deployment.
 func keysFor(lock string) keys {
 	base := slotBase(lock)
-	return keys{lock: lock, fence: base + ":fence", channel: base + ":released"}
+	return keys{lock: lock, fence: base + ":fence", channel: base + ":released", base: base}
 }
 
 // slotBase returns a string whose hash tag hashes to lock's Cluster slot:

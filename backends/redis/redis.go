@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"time"
 
@@ -19,10 +20,13 @@ var (
 	releaseLua string
 	//go:embed extend.lua
 	extendLua string
+	//go:embed abandon.lua
+	abandonLua string
 
 	acquireScript = goredis.NewScript(acquireLua)
 	releaseScript = goredis.NewScript(releaseLua)
 	extendScript  = goredis.NewScript(extendLua)
+	abandonScript = goredis.NewScript(abandonLua)
 )
 
 // MinTTL is the shortest lease TTL the backend accepts. Redis itself keeps
@@ -33,10 +37,16 @@ var (
 // validity window (about 7.9 ms) still spans several loopback round trips.
 const MinTTL = 10 * time.Millisecond
 
-// cleanupTimeout bounds the release TryAcquire runs, on a detached context,
-// when it cannot tell whether its script ran. It is also capped by the TTL:
-// after the TTL the lock frees itself.
+// cleanupTimeout bounds the abandon script TryAcquire runs, on a detached
+// context, when it cannot tell whether its acquire script ran. It is also
+// capped by the TTL: after the TTL the lock frees itself.
 const cleanupTimeout = 2 * time.Second
+
+// voidLifetime is how long an abandoned attempt's token stays void: an
+// acquire request delayed longer than this (in a server stalled for
+// minutes) can still grant a lock nobody holds, which then expires with its
+// TTL.
+const voidLifetime = 5 * time.Minute
 
 var capabilities = driver.Capabilities{
 	Backend:        "redis",
@@ -89,17 +99,19 @@ func (b *backend) Capabilities() driver.Capabilities { return capabilities }
 
 // TryAcquire runs the acquire script once. When the script may have run but
 // its reply was lost (ctx ended, connection broken, server error), it runs
-// the release script for req.Token on a detached context before returning,
-// so that an error leaves nothing held; if that fails too, the error also
+// the abandon script for req.Token on a detached context before returning:
+// that releases a grant made under the token and voids the token, so that
+// the request, if the server only gets to it later, grants nothing. An
+// error thus leaves nothing held; if abandoning fails too, the error also
 // wraps ErrIndeterminate.
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
 	k := keysFor(req.Name)
-	res, err := acquireScript.Run(ctx, b.client, []string{k.lock, k.fence}, req.Token, millis(req.TTL)).Int64Slice()
+	res, err := acquireScript.Run(ctx, b.client, []string{k.lock, k.fence, k.void(req.Token)}, req.Token, millis(req.TTL)).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("acquire script returned %v, want {fence, pttl}", res)
 	}
 	if err != nil {
-		cause := classify(ctx, "acquire", err)
+		cause := b.fail(ctx, "acquire", err)
 		if notSent(err) {
 			return nil, cause
 		}
@@ -111,21 +123,41 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	return &lease{b: b, k: k, token: req.Token, fence: uint64(res[0])}, nil
 }
 
-// cleanup removes a lock that an interrupted acquire may have left under
-// req.Token, and returns cause (or cause plus ErrIndeterminate).
+// fail classifies err (see classify). When a Redis Cluster node could not
+// be reached or said the cluster cannot serve, it also asks go-redis to
+// reload its slot map (asynchronous, deduplicated): go-redis otherwise
+// does so only on MOVED replies or every ClusterStateReloadInterval (60s
+// by default), so after a failover it would keep sending a dead primary's
+// slots to the dead primary for up to a minute.
+func (b *backend) fail(ctx context.Context, op string, err error) error {
+	e := classify(ctx, op, err)
+	if cc, ok := b.client.(*goredis.ClusterClient); ok && !errors.Is(err, context.Canceled) && !errors.Is(err, goredis.ErrClosed) &&
+		(!isReply(err) || unavailableReply(err)) {
+		cc.ReloadState(context.WithoutCancel(ctx))
+	}
+	return e
+}
+
+// cleanup abandons an acquire attempt whose outcome is unknown, and returns
+// cause (or cause plus ErrIndeterminate).
 func (b *backend) cleanup(ctx context.Context, k keys, req driver.AcquireRequest, cause error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
 	defer cancel()
-	if err := releaseScript.Run(cctx, b.client, []string{k.lock}, req.Token, k.channel).Err(); err != nil {
+	err := abandonScript.Run(cctx, b.client, []string{k.lock, k.void(req.Token)}, req.Token, k.channel, voidLifetime.Milliseconds()).Err()
+	if err != nil {
 		return fmt.Errorf("%w: %w; the lock may stay held under this attempt's token until its TTL of %v ends (removing it failed: %v)",
 			driver.ErrIndeterminate, cause, req.TTL, err)
 	}
 	return cause
 }
 
+// notAcquired explains a refusal; pttl is the acquire script's second value.
 func notAcquired(pttl time.Duration) error {
-	if pttl == -1*time.Millisecond {
+	switch pttl {
+	case -1 * time.Millisecond:
 		return fmt.Errorf("%w: the Redis key has no expiry, so its holder is not a lease (a redis-py Lock with timeout=None?) and it never frees itself; fencelock never takes such a key over: delete it by hand if its owner is gone", driver.ErrNotAcquired)
+	case -3 * time.Millisecond:
+		return fmt.Errorf("%w: this attempt was abandoned after its reply was lost; try again", driver.ErrNotAcquired)
 	}
 	return fmt.Errorf("%w (the holder's lease expires in %v unless renewed)", driver.ErrNotAcquired, pttl)
 }
@@ -185,7 +217,7 @@ func (l *lease) Fence() uint64 { return l.fence }
 func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 	n, err := extendScript.Run(ctx, l.b.client, []string{l.k.lock}, l.token, millis(ttl)).Int64()
 	if err != nil {
-		return classify(ctx, "extend", err)
+		return l.b.fail(ctx, "extend", err)
 	}
 	if n != 1 {
 		return fmt.Errorf("%w: the Redis key no longer holds this lease's token (it expired, or another owner took it)", driver.ErrLeaseLost)
@@ -198,7 +230,7 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 func (l *lease) Release(ctx context.Context) error {
 	n, err := releaseScript.Run(ctx, l.b.client, []string{l.k.lock}, l.token, l.k.channel).Int64()
 	if err != nil {
-		return classify(ctx, "release", err)
+		return l.b.fail(ctx, "release", err)
 	}
 	if n != 1 {
 		return fmt.Errorf("%w: the Redis key no longer held this lease's token (it expired, or another owner took it)", driver.ErrLeaseLost)

@@ -19,17 +19,17 @@ import (
 
 // harness runs the suite on one real server or cluster, shared by the
 // checks of a test (each check uses its own random key prefix). Every
-// client gets its own go-redis client and a dialer the harness can cut, to
-// partition that client from the store (KillSession).
+// client is opened from the URL, so it owns its go-redis client, with a
+// dialer the harness can cut to partition that client from the store
+// (KillSession).
 type harness struct {
 	url     string // opens the same store from another process
 	addrs   []string
 	cluster bool
 
-	mu      sync.Mutex
-	clients []goredis.UniversalClient
-	cuts    map[*fencelock.Client]*partition
-	admin   goredis.UniversalClient
+	mu    sync.Mutex
+	cuts  map[*fencelock.Client]*partition
+	admin goredis.UniversalClient
 }
 
 var (
@@ -50,20 +50,15 @@ func newHarness(t testing.TB, rawURL string) conformance.HarnessMaker {
 	}
 }
 
-func (h *harness) options(p *partition) *goredis.UniversalOptions {
-	o := &goredis.UniversalOptions{Addrs: h.addrs, IsClusterMode: h.cluster, ContextTimeoutEnabled: true}
-	if p != nil {
-		o.Dialer = p.dial
-	}
-	return o
-}
-
 func (h *harness) MakeClient(ctx context.Context, opts *fencelock.Options) (*fencelock.Client, error) {
 	p := &partition{conns: map[net.Conn]struct{}{}}
-	gc := goredis.NewUniversalClient(h.options(p))
-	c := redis.New(gc, opts)
+	var mux fencelock.URLMux
+	mux.Register(redis.Scheme, &redis.URLOpener{Configure: func(o *goredis.UniversalOptions) { o.Dialer = p.dial }})
+	c, err := mux.Open(ctx, h.url, opts)
+	if err != nil {
+		return nil, err
+	}
 	h.mu.Lock()
-	h.clients = append(h.clients, gc)
 	h.cuts[c] = p
 	h.mu.Unlock()
 	return c, nil
@@ -74,9 +69,6 @@ func (h *harness) URL() string { return h.url }
 func (h *harness) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, c := range h.clients {
-		_ = c.Close()
-	}
 	if h.admin != nil {
 		_ = h.admin.Close()
 	}
@@ -86,7 +78,7 @@ func (h *harness) Close() {
 func (h *harness) Expire(ctx context.Context, key string) error {
 	h.mu.Lock()
 	if h.admin == nil {
-		h.admin = goredis.NewUniversalClient(h.options(nil))
+		h.admin = goredis.NewUniversalClient(&goredis.UniversalOptions{Addrs: h.addrs, IsClusterMode: h.cluster})
 	}
 	admin := h.admin
 	h.mu.Unlock()
@@ -154,14 +146,4 @@ func (p *partition) cut() {
 func TestConformance(t *testing.T) {
 	r := testserver.StartRedis(t)
 	conformance.RunConformanceTests(t, newHarness(t, r.URL()))
-}
-
-func TestConformanceCluster(t *testing.T) {
-	c := testserver.StartRedisCluster(t, nil)
-	conformance.RunConformanceTests(t, newHarness(t, c.URL()))
-}
-
-func BenchmarkConformance(b *testing.B) {
-	r := testserver.StartRedis(b)
-	conformance.RunBenchmarks(b, newHarness(b, r.URL()))
 }

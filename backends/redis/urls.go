@@ -31,7 +31,8 @@ func init() {
 //
 //	redis://[[user]:password@]host[:port][,host[:port]...][/db][?param=value&...]
 //
-// The port defaults to 6379; the path is the database number (default 0).
+// The port defaults to 6379 (but Go's URL parser wants a port on the last
+// of several hosts); the path is the database number (default 0).
 // rediss:// connects with TLS. Query parameters, besides fencelock's own
 // prefix, ttl and wait:
 //
@@ -43,8 +44,14 @@ func init() {
 // caller's ctx bounds every call, and is closed with the fencelock Client.
 type URLOpener struct {
 	// TLSConfig is used for rediss:// URLs. nil: the system roots, with the
-	// first host's name as the server name.
+	// first host's name as the server name. As in go-redis, one config
+	// serves every node of a cluster: use a name all their certificates
+	// carry, or check them in VerifyConnection.
 	TLSConfig *tls.Config
+	// Configure, if not nil, is called with the go-redis options parsed
+	// from the URL before the client is made, for what a URL cannot say:
+	// timeouts, a custom Dialer, credentials providers, limits.
+	Configure func(*goredis.UniversalOptions)
 }
 
 // OpenBackendURL implements fencelock.URLOpener.
@@ -52,6 +59,9 @@ func (o *URLOpener) OpenBackendURL(_ context.Context, u *url.URL) (driver.Backen
 	uo, err := o.options(u)
 	if err != nil {
 		return nil, err
+	}
+	if o.Configure != nil {
+		o.Configure(uo)
 	}
 	return newBackend(goredis.NewUniversalClient(uo), true), nil
 }

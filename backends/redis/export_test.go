@@ -1,0 +1,19 @@
+package redis
+
+import (
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// Test hooks for the external test package.
+
+// KeySlot is the Redis Cluster hash slot the backend computes for key.
+var KeySlot = keySlot
+
+// FenceKey is the fence key of the lock key lock.
+func FenceKey(lock string) string { return keysFor(lock).fence }
+
+// NewDriver returns the bare driver over c (not owning it), for benchmarks
+// that separate the driver's cost from the portable layer's.
+func NewDriver(c goredis.UniversalClient) driver.Backend { return newBackend(c, false) }
