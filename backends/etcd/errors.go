@@ -66,3 +66,14 @@ func unavailable(err error) bool {
 	}
 	return false
 }
+
+// retryable reports codes.Unavailable: no leader, a member stopping, a
+// broken connection. An idempotent request can be sent again.
+func retryable(err error) bool {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.Unavailable
+	}
+	s, ok := status.FromError(err)
+	return ok && s.Code() == codes.Unavailable
+}

@@ -42,17 +42,26 @@
 //
 // # TTLs and leases
 //
-// Every acquisition gets its own etcd lease with the lease TTL rounded up to
-// whole seconds (TTLGranularity 1s, MinTTL 1s). etcd itself raises a TTL
-// below 1.5 × its election timeout, rounded up: 2 s with etcd's default
-// 1 s election timeout. The server then keeps the lock longer than asked;
-// the client side still ends the lease at the TTL it asked for, which is
-// safe. Renewal (Lease.Extend and auto-renew) is a lease KeepAliveOnce plus
-// a check that our key still exists. etcd cannot change a lease's TTL, so
+// Every acquisition holds its own etcd lease, with the lease TTL rounded up
+// to whole seconds (TTLGranularity 1s, MinTTL 1s), so locks expire and are
+// lost independently. etcd itself raises a TTL below 1.5 × its election
+// timeout, rounded up: 2 s with etcd's default 1 s election timeout. The
+// server then keeps the lock longer than asked; the client side still ends
+// the lease at the TTL it asked for, which is safe.
+//
+// Renewal (Lease.Extend and auto-renew) is a lease KeepAliveOnce plus a
+// check that our key still exists. etcd cannot change a lease's TTL, so
 // Extend with a TTL of another whole number of seconds moves our key to a
 // new lease with that TTL (a Put that keeps the key's CreateRevision, hence
-// the fence and the place in the queue) and revokes the old lease. Release
-// deletes our key (only if it is still ours) and revokes the lease.
+// the fence and the place in the queue) and revokes the old lease.
+//
+// Release deletes our key, only if it is still ours. Granting and revoking
+// leases are raft writes while restarting a lease's TTL is not, so the
+// released lease (which has no key any more) is kept by the Client for a
+// later acquisition with the same TTL, which restarts it with a
+// KeepAliveOnce instead of a grant; unused ones are revoked (at the latest
+// by Close) or expire. An acquire+release is thus two raft writes, the
+// minimum for a queue of keys.
 //
 // # Waiting and loss
 //
@@ -60,13 +69,18 @@
 // watches only the key just ahead of it, so a release wakes one waiter and
 // no herd. The watch starts at the current revision, which etcd serves at
 // once (a watch from an older revision waits for etcd's 100 ms catch-up
-// loop). After every wake-up the waiter checks again that its own key still
-// exists before it counts itself the holder (the check whose absence caused
+// loop); a read after the watch is in place covers the time before it.
+// After every wake-up the waiter checks again that its own key still exists
+// before it counts itself the holder (the check whose absence caused
 // Jepsen's etcd 3.4.3 finding); if its key is gone (its lease expired, or
 // someone deleted it) it queues again with a new lease. Its lease is kept
-// alive while it waits. A held lease watches its own key: a deletion that
-// is not our Release (lease expiry, revocation, etcdctl del) ends the lease
-// at once (Lease.Done), as does a renewal that finds the lease gone.
+// alive while it waits.
+//
+// A held lease watches its own key, from 100 ms after the grant on (short
+// holds never pay for a watch; a deletion in between is still seen): a
+// deletion that is not our Release (lease expiry, revocation, etcdctl del)
+// ends the lease at once (Lease.Done), as does a renewal that finds the
+// lease or the key gone.
 //
 // # Errors
 //
@@ -77,7 +91,8 @@
 //
 // # As
 //
-// Client.As supports **clientv3.Client.
+// Client.As supports **clientv3.Client. Clients made by New share the
+// caller's etcd client; clients opened by URL own theirs.
 package etcd
 
 import (
@@ -88,6 +103,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock"
@@ -186,6 +202,7 @@ type backend struct {
 	closed bool
 	ops    sync.WaitGroup // acquires in flight and loss watchers
 	held   map[int64]*lease
+	pool   []pooledLease // see pool.go
 }
 
 func newBackend(cli *clientv3.Client, cfg *Config, own bool) *backend {
@@ -224,8 +241,14 @@ func (b *backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	for _, l := range b.held { // loss watches not started yet never will
+		if l.watchTimer.Stop() {
+			l.finish()
+		}
+	}
 	b.mu.Unlock()
 	b.cancel()
+	b.drainPool()
 	b.ops.Wait()
 	if b.ownCli && b.cli.Ctx().Err() == nil {
 		if err := b.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
@@ -254,63 +277,85 @@ type contender struct {
 	ttl  int64 // seconds
 	rev  int64 // CreateRevision of key
 	sent time.Time
+
+	held bool   // key is first under pfx (as of revision hdr)
+	pred string // the key just ahead of ours, if known ("" if held or unknown)
+	hdr  int64  // revision of the last read
 }
 
 // enqueue grants a lease and creates our key in one Txn (like
-// concurrency.Mutex), returning the contender and whether it holds the
-// lock (its key has the lowest CreateRevision under the prefix). On error
-// nothing is left in the store but, at worst, a lease with no key.
-func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration) (*contender, int64, bool, error) {
-	c := &contender{pfx: b.keyPrefix + escape(name), ttl: ttlSeconds(ttl), sent: time.Now()}
-	rctx, cancel := b.rpcCtx(ctx)
-	g, err := b.cli.Grant(rctx, c.ttl)
-	cancel()
+// concurrency.Mutex), which also reads the key just ahead of ours and the
+// first key under the prefix. On error nothing is left in the store but,
+// at worst, a lease with no key.
+func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration) (*contender, error) {
+	c := &contender{pfx: b.keyPrefix + escape(name), ttl: ttlSeconds(ttl)}
+	id, sent, err := b.leaseFor(ctx, c.ttl)
 	if err != nil {
-		return nil, 0, false, b.fail(ctx, "grant lease", err)
+		return nil, err
 	}
-	c.id = g.ID
-	c.key = fmt.Sprintf("%s/%x", c.pfx, int64(g.ID))
-	getOwner := clientv3.OpGet(c.pfx+"/", append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
-	rctx, cancel = b.rpcCtx(ctx)
-	resp, err := b.cli.Txn(rctx).
-		If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0)).
-		Then(clientv3.OpPut(c.key, "", clientv3.WithLease(g.ID)), getOwner).
-		Else(clientv3.OpGet(c.key, clientv3.WithKeysOnly()), getOwner).
-		Commit()
+	c.id, c.sent = id, sent
+	c.key = fmt.Sprintf("%s/%x", c.pfx, int64(id))
+	// Before the Put, the last-created key is the one just ahead of ours.
+	last := clientv3.OpGet(c.pfx+"/", append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...)
+	first := clientv3.OpGet(c.pfx+"/", append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
+	// The Txn is idempotent (a retry finds our key and reads it), so it is
+	// retried when a member fails under it, within the request timeout.
+	rctx, cancel := b.rpcCtx(ctx)
+	var resp *clientv3.TxnResponse
+	for {
+		resp, err = b.cli.Txn(rctx).
+			If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0)).
+			Then(last, clientv3.OpPut(c.key, "", clientv3.WithLease(id)), first).
+			Else(clientv3.OpGet(c.key, clientv3.WithKeysOnly()), first).
+			Commit()
+		if err == nil || !retryable(err) || sleepCtx(rctx, 50*time.Millisecond) != nil {
+			break
+		}
+	}
 	cancel()
 	if err != nil {
 		b.revoke(ctx, c.id)
-		return nil, 0, false, b.fail(ctx, "create lock key", err)
+		return nil, b.fail(ctx, "create lock key", err)
 	}
-	c.rev = resp.Header.Revision
-	if !resp.Succeeded { // our key exists already (a retried request)
+	c.hdr = resp.Header.Revision
+	var owner []*mvccpb.KeyValue
+	if resp.Succeeded {
+		c.rev = resp.Header.Revision
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			c.pred = string(kvs[0].Key)
+		}
+		owner = resp.Responses[2].GetResponseRange().Kvs
+	} else { // our key exists already (a retried request)
 		c.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+		owner = resp.Responses[1].GetResponseRange().Kvs
 	}
-	owner := resp.Responses[1].GetResponseRange().Kvs
-	held := len(owner) == 0 || owner[0].CreateRevision == c.rev
-	return c, resp.Header.Revision, held, nil
+	c.held = len(owner) == 0 || owner[0].CreateRevision == c.rev
+	if c.held {
+		c.pred = ""
+	}
+	return c, nil
 }
 
-// TryAcquire is concurrency.Mutex.TryLock: queue, and leave at once (revoking
-// our lease, which deletes our key) unless we are first.
+// TryAcquire is concurrency.Mutex.TryLock: queue, and leave at once
+// (deleting our key) unless we are first.
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
 	if err := b.begin(); err != nil {
 		return nil, err
 	}
 	defer b.ops.Done()
-	c, hdr, held, err := b.enqueue(ctx, req.Name, req.TTL)
+	c, err := b.enqueue(ctx, req.Name, req.TTL)
 	if err != nil {
 		return nil, err
 	}
-	if !held {
-		b.revoke(ctx, c.id)
+	if !c.held {
+		b.abandon(ctx, c)
 		return nil, fmt.Errorf("%w: another contender is first under %q", driver.ErrNotAcquired, c.pfx)
 	}
 	if err := ctx.Err(); err != nil {
 		b.revoke(ctx, c.id)
 		return nil, err
 	}
-	return b.adopt(c, hdr), nil
+	return b.adopt(c), nil
 }
 
 // Acquire queues a key and waits for its turn (see the package doc).
@@ -324,39 +369,50 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	stop := context.AfterFunc(b.ctx, cancel) // Close ends waits
 	defer stop()
 	for {
-		c, hdr, held, err := b.enqueue(ctx, req.Name, req.TTL)
+		c, err := b.enqueue(ctx, req.Name, req.TTL)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
-		if !held {
-			hdr, err = b.waitTurn(ctx, c)
-			if errors.Is(err, errRequeue) {
-				b.revoke(ctx, c.id)
-				continue
-			}
-			if err != nil {
-				b.revoke(ctx, c.id)
-				return nil, time.Time{}, err
-			}
+		if !c.held {
+			err = b.waitTurn(ctx, c)
+		}
+		// Refresh the lease if its last refresh is old (a long wait, a slow
+		// cluster), so the portable deadline, counted from c.sent, is not
+		// short.
+		if err == nil && time.Since(c.sent) > time.Duration(c.ttl)*time.Second/6 {
+			err = b.keepAlive(ctx, c)
+		}
+		if errors.Is(err, errRequeue) {
+			b.revoke(ctx, c.id)
+			continue
+		}
+		if err != nil {
+			b.revoke(ctx, c.id)
+			return nil, time.Time{}, err
 		}
 		if err := ctx.Err(); err != nil {
 			b.revoke(ctx, c.id)
 			return nil, time.Time{}, b.fail(ctx, "acquire", err)
 		}
-		return b.adopt(c, hdr), c.sent, nil
+		return b.adopt(c), c.sent, nil
 	}
 }
 
-// adopt turns a granted contender into a held lease and starts its loss
-// watch from revision hdr+1 (hdr: a revision at which the key existed).
-func (b *backend) adopt(c *contender, hdr int64) *lease {
-	l := &lease{b: b, key: c.key, rev: c.rev, id: c.id, ttl: c.ttl, lost: make(chan struct{})}
+// lossWatchDelay is how long a held lease waits before it watches its own
+// key. Short holds (most of them) never pay for a watch; a deletion in the
+// meantime is still seen, as the watch starts by reading the key.
+const lossWatchDelay = 100 * time.Millisecond
+
+// adopt turns a granted contender into a held lease and arms its loss
+// watch.
+func (b *backend) adopt(c *contender) *lease {
+	l := &lease{b: b, key: c.key, rev: c.rev, id: c.id, ttl: c.ttl, refreshed: c.sent, lost: make(chan struct{})}
 	l.ctx, l.stop = context.WithCancel(b.ctx)
 	b.mu.Lock()
 	b.held[l.rev] = l
-	b.ops.Add(1)
+	b.ops.Add(1) // done by l.finish
+	l.watchTimer = time.AfterFunc(lossWatchDelay, l.watchLoss)
 	b.mu.Unlock()
-	go l.watchLoss(hdr + 1)
 	return l
 }
 

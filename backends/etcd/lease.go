@@ -24,15 +24,18 @@ type lease struct {
 	key string
 	rev int64
 
-	mu  sync.Mutex
-	id  clientv3.LeaseID
-	ttl int64 // seconds
+	mu        sync.Mutex
+	id        clientv3.LeaseID
+	ttl       int64     // seconds
+	refreshed time.Time // send time of the request that last started the lease's TTL
 
-	releasing atomic.Bool // our own delete is coming: not a loss
-	lost      chan struct{}
-	lostOnce  sync.Once
-	ctx       context.Context // ends the loss watch
-	stop      context.CancelFunc
+	releasing  atomic.Bool // our own delete is coming: not a loss
+	lost       chan struct{}
+	lostOnce   sync.Once
+	ctx        context.Context // ends the loss watch
+	stop       context.CancelFunc
+	watchTimer *time.Timer // starts watchLoss
+	finishOnce sync.Once
 }
 
 func (l *lease) Fence() uint64 { return uint64(l.rev) }
@@ -43,6 +46,12 @@ func (l *lease) current() (clientv3.LeaseID, int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.id, l.ttl
+}
+
+func (l *lease) pooled() pooledLease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return pooledLease{id: l.id, ttl: l.ttl, refreshed: l.refreshed}
 }
 
 // Extend renews the lease. With ttl of the lease's current whole seconds it
@@ -62,6 +71,7 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 	b := l.b
 	rctx, cancel := b.rpcCtx(ctx)
 	defer cancel()
+	sent := time.Now()
 	if _, err := b.cli.KeepAliveOnce(rctx, id); err != nil {
 		if isLeaseNotFound(err) {
 			return fmt.Errorf("%w: etcd lease %x of lock key %q expired or was revoked", driver.ErrLeaseLost, int64(id), l.key)
@@ -75,6 +85,9 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != l.rev {
 		return fmt.Errorf("%w: lock key %q was deleted", driver.ErrLeaseLost, l.key)
 	}
+	l.mu.Lock()
+	l.refreshed = sent
+	l.mu.Unlock()
 	return nil
 }
 
@@ -82,6 +95,7 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 // the key is still ours, then revokes the old lease.
 func (l *lease) moveTo(ctx context.Context, old clientv3.LeaseID, secs int64) error {
 	b := l.b
+	sent := time.Now()
 	rctx, cancel := b.rpcCtx(ctx)
 	g, err := b.cli.Grant(rctx, secs)
 	cancel()
@@ -104,38 +118,61 @@ func (l *lease) moveTo(ctx context.Context, old clientv3.LeaseID, secs int64) er
 		return fmt.Errorf("%w: lock key %q was deleted", driver.ErrLeaseLost, l.key)
 	}
 	l.mu.Lock()
-	l.id, l.ttl = g.ID, secs
+	l.id, l.ttl, l.refreshed = g.ID, secs, sent
 	l.mu.Unlock()
 	b.revoke(ctx, old)
 	return nil
 }
 
-// Release deletes our key if it is still ours, then revokes the lease.
+// Release deletes our key if it is still ours, which frees the lock, and
+// keeps the lease for reuse (pool.go): a release is one write. If the delete's outcome is unknown (a member died
+// under the request) it revokes the lease in the foreground instead, which
+// deletes our key too; the revoke's success then counts as the release.
 func (l *lease) Release(ctx context.Context) error {
 	b := l.b
 	defer l.end()
 	l.releasing.Store(true)
 	id, _ := l.current()
-	rctx, cancel := b.rpcCtx(ctx)
+	// Half the request timeout: a write that a follower forwarded to a
+	// leader that then died hangs until the server gives up; the revoke
+	// below is a new request that the new leader serves.
+	rctx, cancel := context.WithTimeout(ctx, b.timeout/2)
 	resp, err := b.cli.Txn(rctx).
 		If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)).
 		Then(clientv3.OpDelete(l.key)).
 		Commit()
 	cancel()
-	// Revoking deletes our key too if the delete did not happen; it fails
-	// harmlessly if the lease already expired.
-	b.revoke(ctx, id)
 	if err != nil {
+		rctx, cancel := b.rpcCtx(context.WithoutCancel(ctx))
+		_, rerr := b.cli.Revoke(rctx, id) // retried by clientv3: idempotent
+		cancel()
+		switch {
+		case rerr == nil:
+			return nil
+		case isLeaseNotFound(rerr):
+			return fmt.Errorf("%w: etcd lease %x of lock key %q had expired", driver.ErrLeaseLost, int64(id), l.key)
+		}
 		return b.fail(ctx, "delete lock key", err)
 	}
 	if !resp.Succeeded {
+		b.revokeAsync(id)
 		return fmt.Errorf("%w: lock key %q was already gone", driver.ErrLeaseLost, l.key)
 	}
+	b.recycle(l.pooled()) // its only key is gone: reuse it (see pool.go)
 	return nil
 }
 
-// end stops the loss watch and forgets the lease.
+// end stops the loss watch, or keeps it from starting, and forgets the
+// lease. Release calls it.
 func (l *lease) end() {
+	if l.watchTimer.Stop() { // the watch never started
+		l.finish()
+	}
+	l.forget()
+}
+
+// forget stops the loss watch and forgets the lease.
+func (l *lease) forget() {
 	l.stop()
 	l.b.mu.Lock()
 	if l.b.held[l.rev] == l {
@@ -144,6 +181,9 @@ func (l *lease) end() {
 	l.b.mu.Unlock()
 }
 
+// finish tells Close that the lease's watch is over (or never ran).
+func (l *lease) finish() { l.finishOnce.Do(l.b.ops.Done) }
+
 func (l *lease) markLost() {
 	if l.releasing.Load() {
 		return
@@ -151,48 +191,50 @@ func (l *lease) markLost() {
 	l.lostOnce.Do(func() { close(l.lost) })
 }
 
-// watchLoss watches our key from revision from (at which it existed) and
-// reports its deletion as a loss, until the lease is released, lost, or the
-// backend closed. It runs in its own goroutine, one per held lease.
-func (l *lease) watchLoss(from int64) {
+// watchLoss watches our key and reports its deletion as a loss, until the
+// lease is released, lost, or the backend closed. The watch starts at the
+// current revision (served at once, no catch-up from history); once it is
+// in place a read of the key covers the time before it.
+func (l *lease) watchLoss() {
 	b := l.b
-	defer b.ops.Done()
-	defer l.end()
+	defer l.finish()
+	defer l.forget()
 	for l.ctx.Err() == nil && b.cli.Ctx().Err() == nil {
-		wctx, cancel := context.WithCancel(l.ctx)
-		for wr := range b.cli.Watch(wctx, l.key, clientv3.WithRev(from), clientv3.WithFilterPut()) {
-			if wr.CompactRevision != 0 {
-				break // history gone: re-check by reading the key
-			}
-			if wr.Err() != nil || wr.Canceled {
-				break
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					cancel()
-					l.markLost()
-					return
-				}
-			}
-		}
-		cancel()
-		if l.ctx.Err() != nil {
-			return
-		}
-		// The watch ended early: read the key directly, then watch again.
-		rctx, rcancel := b.rpcCtx(l.ctx)
-		resp, err := b.cli.Get(rctx, l.key, clientv3.WithKeysOnly())
-		rcancel()
-		switch {
-		case err == nil && (len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != l.rev):
+		if l.watchOnce() {
 			l.markLost()
 			return
-		case err == nil:
-			from = resp.Header.Revision + 1
-		default:
-			if sleepCtx(l.ctx, 100*time.Millisecond) != nil {
-				return
+		}
+		if sleepCtx(l.ctx, 100*time.Millisecond) != nil {
+			return
+		}
+	}
+}
+
+// watchOnce runs one watch on our key; it reports whether the key is gone.
+func (l *lease) watchOnce() (gone bool) {
+	b := l.b
+	wctx, cancel := context.WithCancel(l.ctx)
+	defer cancel()
+	for wr := range b.cli.Watch(wctx, l.key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
+		switch {
+		case wr.Canceled || wr.Err() != nil:
+			return false
+		case wr.Created:
+			rctx, rcancel := b.rpcCtx(l.ctx)
+			resp, err := b.cli.Get(rctx, l.key, clientv3.WithKeysOnly())
+			rcancel()
+			if err != nil {
+				return false
+			}
+			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != l.rev {
+				return true
+			}
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return true
 			}
 		}
 	}
+	return false
 }

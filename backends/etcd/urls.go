@@ -19,8 +19,9 @@ import (
 //
 //	etcd://[user:password@]host1:2379,host2:2379[/key/prefix][?request_timeout=5s]
 //
-// The hosts are the cluster's client endpoints (port 2379 if omitted). The
-// path, if any, plus "/" is Config.KeyPrefix. request_timeout sets
+// The hosts are the cluster's client endpoints (port 2379 if omitted; give
+// the last host a port, as Go's URL parser checks only that one). The path,
+// if any, plus "/" is Config.KeyPrefix. request_timeout sets
 // Config.RequestTimeout. The Client owns the etcd client it opens and
 // closes it on Close. For TLS or other client settings register a
 // URLOpener with them under another scheme, or use New.

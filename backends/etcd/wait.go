@@ -13,38 +13,34 @@ import (
 var errRequeue = errors.New("etcd: our lock key vanished while waiting")
 
 // waitTurn waits until c's key is the first under its prefix, keeping c's
-// lease alive meanwhile. It returns a revision at which c's key existed
-// with no contender ahead of it, or errRequeue, or an error (ctx, store).
-// It leaves c's key in place; the caller revokes it on error.
-func (b *backend) waitTurn(ctx context.Context, c *contender) (int64, error) {
+// lease alive meanwhile. On success c.hdr is a revision at which c's key
+// existed with no contender ahead of it. It returns errRequeue if c's key
+// vanished, or an error (ctx, store); it leaves c's key in place: the caller
+// revokes it on error.
+func (b *backend) waitTurn(ctx context.Context, c *contender) error {
 	ttl := time.Duration(c.ttl) * time.Second
 	ka := time.NewTimer(ttl / 3)
 	defer ka.Stop()
 	var w *predWatch
 	defer func() { w.close() }()
-	needCheck := true
-	var lastHdr int64
+	needCheck := c.pred == "" // enqueue told us the key ahead, as of c.hdr
+	if !needCheck {
+		w = b.watchDelete(ctx, c.pred)
+	}
 	for {
 		if needCheck {
 			needCheck = false
 			own, pred, hdr, err := b.check(ctx, c)
 			if err != nil {
-				return 0, err
+				return err
 			}
 			if !own {
-				return 0, errRequeue
+				return errRequeue
 			}
+			c.hdr = hdr
 			if pred == "" {
-				// Our turn. Refresh the lease first if its last refresh is
-				// old, so the portable deadline (from c.sent) is not short.
-				if time.Since(c.sent) > ttl/6 {
-					if err := b.keepAlive(ctx, c); err != nil {
-						return 0, err
-					}
-				}
-				return hdr, nil
+				return nil // our turn
 			}
-			lastHdr = hdr
 			if w != nil && w.key != pred {
 				w.close()
 				w = nil
@@ -55,7 +51,7 @@ func (b *backend) waitTurn(ctx context.Context, c *contender) (int64, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return 0, b.fail(ctx, "wait", ctx.Err())
+			return b.fail(ctx, "wait", ctx.Err())
 		case wr, ok := <-w.ch:
 			switch {
 			case !ok || wr.Canceled || wr.Err() != nil:
@@ -66,13 +62,13 @@ func (b *backend) waitTurn(ctx context.Context, c *contender) (int64, error) {
 				w = nil
 				needCheck = true
 				if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
-					return 0, b.fail(ctx, "wait", err)
+					return b.fail(ctx, "wait", err)
 				}
 			case wr.Created:
 				// The watch covers events after its creation only: if
 				// anything happened since our check, check again now
 				// that the watch is in place.
-				needCheck = wr.Header.Revision > lastHdr
+				needCheck = wr.Header.Revision > c.hdr
 			default:
 				for _, ev := range wr.Events {
 					if ev.Type == clientv3.EventTypeDelete {
@@ -84,7 +80,7 @@ func (b *backend) waitTurn(ctx context.Context, c *contender) (int64, error) {
 			err := b.keepAlive(ctx, c)
 			switch {
 			case errors.Is(err, errRequeue), ctx.Err() != nil:
-				return 0, err
+				return err
 			case err != nil:
 				ka.Reset(ttl / 10) // retry soon; the check below surfaces a dead cluster
 			default:

@@ -1,0 +1,63 @@
+package etcd_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backends/etcd"
+)
+
+// A lock whose fence guards a write to data kept in etcd itself.
+func Example() {
+	ctx := context.Background()
+	endpoints := etcd.ExampleEndpoints() // a test server; yours: []string{"10.0.0.1:2379", ...}
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cli.Close()
+	locks := etcd.NewWithConfig(cli, &etcd.Config{KeyPrefix: "locks/"}, nil)
+	defer locks.Close()
+
+	lease, err := locks.Acquire(ctx, "nightly-report", &fencelock.AcquireOptions{TTL: 10 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+
+	// The put commits only while our lock key is still ours.
+	if _, err := etcd.Guarded(ctx, locks, lease, clientv3.OpPut("reports/nightly", "done")); err != nil {
+		log.Fatal(err)
+	}
+	// Elsewhere (a database, a file store), send the fence with each write.
+	fmt.Println("fence is positive:", lease.Fence() > 0)
+	// Output: fence is positive: true
+}
+
+// Opening by URL: the hosts are the cluster's endpoints and the path is the
+// key prefix. The lock "job" is the key prefix "locks/job", the one
+// `etcdctl lock locks/job` and concurrency.NewMutex(s, "locks/job") use.
+func Example_open() {
+	ctx := context.Background()
+	url := "etcd://" + strings.Join(etcd.ExampleEndpoints(), ",") + "/locks" // e.g. etcd://10.0.0.1:2379,10.0.0.2:2379/locks
+
+	locks, err := fencelock.Open(ctx, url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	lease, err := locks.TryAcquire(ctx, "job", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	fmt.Println(etcd.LockPrefix("locks/", lease.Name()))
+	// Output: locks/job
+}
