@@ -72,8 +72,15 @@ type env struct {
 
 func newEnv(ctx context.Context, t TB, h Harness) *env {
 	e := &env{ctx: ctx, h: h, t: t, prefix: "fencelock-conformance-" + randHex(6) + "/"}
-	c := e.client()
+	// Only the capabilities are needed: close this client at once, so that
+	// a client still connecting in the background (etcd's dials lazily)
+	// cannot start goroutines in the middle of a check's leak snapshot.
+	c, err := h.MakeClient(ctx, &fencelock.Options{Prefix: e.prefix})
+	if err != nil {
+		t.Fatalf("MakeClient: %v", err)
+	}
 	e.caps = c.Capabilities()
+	_ = c.Close()
 	e.ttl = shortTTL(e.caps)
 	e.margin = max(time.Second, 2*e.ttl)
 	return e
