@@ -70,9 +70,10 @@ type LostUpdatesResult struct {
 }
 
 // stalls reports whether section i (0-based) stalls at the given rate:
-// exactly round(n·rate) of n sections, evenly spread.
+// round(n·rate) of n sections, evenly spread and centred (never all at the
+// end, where no other worker is left to overwrite).
 func stalls(i int, rate float64) bool {
-	return int(float64(i+1)*rate) > int(float64(i)*rate)
+	return int(float64(i+1)*rate+0.5) > int(float64(i)*rate+0.5)
 }
 
 // LostUpdates runs the experiment: cfg.Workers workers, using lockers in
