@@ -23,7 +23,7 @@ func faultCluster(t *testing.T) *testserver.EtcdCluster {
 	}
 	c := testserver.StartEtcdCluster(t, 3)
 	if c.External {
-		t.Skip("ETCD_URL names an external server: fault tests need members of their own")
+		testserver.SkipExternal(t, "ETCD_URL names an external server: fault tests need members of their own")
 	}
 	return c
 }
@@ -275,7 +275,7 @@ func TestLeaderKillUnderContention(t *testing.T) {
 func TestPartitionedClientLosesLease(t *testing.T) {
 	srv := sharedEtcd(t, 1)
 	if srv.External {
-		t.Skip("ETCD_URL names an external server")
+		testserver.SkipExternal(t, "ETCD_URL names an external server")
 	}
 	ctx := t.Context()
 	proxy, err := testserver.NewEtcdProxy(srv.Endpoints()[0])

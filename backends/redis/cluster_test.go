@@ -24,7 +24,7 @@ func TestCluster(t *testing.T) {
 	t.Run("AwkwardSlots", func(t *testing.T) { testAwkwardSlots(t, cl) })
 	t.Run("SingleServerClientOnClusterNode", func(t *testing.T) {
 		if len(cl.Nodes) == 0 {
-			t.Skip("existing cluster: node addresses unknown")
+			testserver.SkipExternal(t, "existing cluster: node addresses unknown")
 		}
 		c := open(t, "redis://"+cl.Nodes[0].Addr()+"/0", nil, nil)
 		// Some name hashes to a slot another node serves: MOVED.
@@ -88,7 +88,7 @@ func testAwkwardSlots(t *testing.T, cl *testserver.RedisCluster) {
 func TestFaultClusterFailover(t *testing.T) {
 	cl := testserver.StartRedisCluster(t, &testserver.RedisClusterOptions{Replicas: 1})
 	if len(cl.Nodes) == 0 {
-		t.Skip("existing cluster (REDIS_CLUSTER_URL): no fault controls")
+		testserver.SkipExternal(t, "existing cluster (REDIS_CLUSTER_URL): no fault controls")
 	}
 	ctx := t.Context()
 	c := open(t, cl.URL(), nil, nil)

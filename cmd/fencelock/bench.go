@@ -26,34 +26,16 @@ func runBench(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cleanup()
-	prefix := fmt.Sprintf("fencelock-bench-%d/", time.Now().UnixNano())
-	a, err := client(ctx, url, &fencelock.Options{Prefix: prefix})
+	cs, closeAll, err := openClients(ctx, url, "bench", 2)
 	if err != nil {
 		return err
 	}
-	defer a.Close()
-	b, err := client(ctx, url, &fencelock.Options{Prefix: prefix})
-	if err != nil {
-		return err
-	}
-	defer b.Close()
+	defer closeAll()
+	a, b := cs[0], cs[1]
 	fmt.Printf("bench on %s (%s backend)\n", url, a.Capabilities().Backend)
-
-	o := &fencelock.AcquireOptions{TTL: 30 * time.Second, AutoRenew: fencelock.Bool(false)}
-	lat := make([]time.Duration, 0, *n)
-	for i := range *n {
-		t0 := time.Now()
-		l, err := a.TryAcquire(ctx, "uncontended", o)
-		if err != nil {
-			return err
-		}
-		if err := l.Release(ctx); err != nil {
-			return err
-		}
-		lat = append(lat, time.Since(t0))
-		if i%500 == 499 {
-			fmt.Printf("  ... %d/%d acquire+release\n", i+1, *n)
-		}
+	lat, err := acquireReleaseLatencies(ctx, a, *n, func(done int) { fmt.Printf("  ... %d/%d acquire+release\n", done, *n) })
+	if err != nil {
+		return err
 	}
 	fmt.Printf("acquire+release (uncontended): p50 %v  p99 %v  (%d runs)\n", conformance.Percentile(lat, 0.5), conformance.Percentile(lat, 0.99), len(lat))
 

@@ -71,38 +71,22 @@ func runCompare(ctx context.Context, args []string) error {
 }
 
 func compareOne(ctx context.Context, tg target, caps, perf, lost *bytes.Buffer, n, handoffs int, dur time.Duration, sections int, stall float64) error {
-	prefix := fmt.Sprintf("fencelock-compare-%d/", time.Now().UnixNano())
-	var lockers []fencelock.Locker
-	var clients []*fencelock.Client
-	defer func() {
-		for _, c := range clients {
-			c.Close()
-		}
-	}()
-	for range 8 {
-		c, err := client(ctx, tg.url, &fencelock.Options{Prefix: prefix})
-		if err != nil {
-			return err
-		}
-		clients = append(clients, c)
-		lockers = append(lockers, c)
+	clients, closeAll, err := openClients(ctx, tg.url, "compare", 8)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	lockers := make([]fencelock.Locker, len(clients))
+	for i, c := range clients {
+		lockers[i] = c
 	}
 	cp := clients[0].Capabilities()
 	fmt.Fprintf(caps, "| %s | %s | %s | %v | %s | %s | %v | %s |\n", tg.label, cp.Fence, cp.FenceSource, cp.MinTTL, cp.TimeAuthority, cp.Wait, yesNo(cp.FIFO), cp.NodeLoss)
 
 	a := clients[0]
-	o := &fencelock.AcquireOptions{TTL: 30 * time.Second, AutoRenew: fencelock.Bool(false)}
-	lat := make([]time.Duration, 0, n)
-	for range n {
-		t0 := time.Now()
-		l, err := a.TryAcquire(ctx, "uncontended", o)
-		if err != nil {
-			return err
-		}
-		if err := l.Release(ctx); err != nil {
-			return err
-		}
-		lat = append(lat, time.Since(t0))
+	lat, err := acquireReleaseLatencies(ctx, a, n, nil)
+	if err != nil {
+		return err
 	}
 	h, err := conformance.HandOffLatencies(ctx, clients[0], clients[1], "handoff", handoffs)
 	if err != nil {

@@ -26,17 +26,12 @@ func runDemo(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cleanup()
-	prefix := fmt.Sprintf("fencelock-demo-%d/", time.Now().UnixNano())
-	a, err := client(ctx, url, &fencelock.Options{Prefix: prefix})
+	cs, closeAll, err := openClients(ctx, url, "demo", 2)
 	if err != nil {
 		return err
 	}
-	defer a.Close()
-	b, err := client(ctx, url, &fencelock.Options{Prefix: prefix})
-	if err != nil {
-		return err
-	}
-	defer b.Close()
+	defer closeAll()
+	a, b := cs[0], cs[1]
 	d := demo{a: a, b: b, ttl: demoTTL(a, *ttl), out: os.Stdout}
 	fmt.Printf("fencelock demo on %s (%s backend, fence: %s, TTL %v)\n\n", url, a.Capabilities().Backend, a.Capabilities().Fence, d.ttl)
 	unfenced, err := d.run(ctx, "unfenced", false)

@@ -38,18 +38,16 @@ func runLostUpdates(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cleanup()
-	prefix := fmt.Sprintf("fencelock-lostupdates-%d/", time.Now().UnixNano())
-	lockers := make([]fencelock.Locker, *workers)
-	var caps fencelock.Capabilities
-	var ttl time.Duration
-	for i := range lockers {
-		c, err := client(ctx, url, &fencelock.Options{Prefix: prefix})
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		lockers[i], caps, ttl = c, c.Capabilities(), demoTTL(c, *ttlFlag)
+	cs, closeAll, err := openClients(ctx, url, "lostupdates", *workers)
+	if err != nil {
+		return err
 	}
+	defer closeAll()
+	lockers := make([]fencelock.Locker, len(cs))
+	for i, c := range cs {
+		lockers[i] = c
+	}
+	caps, ttl := cs[0].Capabilities(), demoTTL(cs[0], *ttlFlag)
 	newRes, closeRes, err := openResource(ctx, *resource, url)
 	if err != nil {
 		return err

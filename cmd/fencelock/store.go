@@ -56,3 +56,45 @@ func demoTTL(c *fencelock.Client, want time.Duration) time.Duration {
 	}
 	return ttl
 }
+
+// openClients opens n clients on url sharing a fresh prefix named after
+// kind (so runs never collide); closeAll closes them.
+func openClients(ctx context.Context, url, kind string, n int) (cs []*fencelock.Client, closeAll func(), err error) {
+	prefix := fmt.Sprintf("fencelock-%s-%d/", kind, time.Now().UnixNano())
+	closeAll = func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}
+	for range n {
+		c, err := client(ctx, url, &fencelock.Options{Prefix: prefix})
+		if err != nil {
+			closeAll()
+			return nil, func() {}, err
+		}
+		cs = append(cs, c)
+	}
+	return cs, closeAll, nil
+}
+
+// acquireReleaseLatencies measures n uncontended TryAcquire+Release on c;
+// progress, if set, is called with the count done every 500.
+func acquireReleaseLatencies(ctx context.Context, c *fencelock.Client, n int, progress func(done int)) ([]time.Duration, error) {
+	o := &fencelock.AcquireOptions{TTL: 30 * time.Second, AutoRenew: fencelock.Bool(false)}
+	lat := make([]time.Duration, 0, n)
+	for i := range n {
+		t0 := time.Now()
+		l, err := c.TryAcquire(ctx, "uncontended", o)
+		if err != nil {
+			return lat, err
+		}
+		if err := l.Release(ctx); err != nil {
+			return lat, err
+		}
+		lat = append(lat, time.Since(t0))
+		if progress != nil && i%500 == 499 {
+			progress(i + 1)
+		}
+	}
+	return lat, nil
+}

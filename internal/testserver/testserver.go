@@ -71,3 +71,14 @@ func FreePort() (int, error) {
 
 // Addr formats 127.0.0.1:port.
 func Addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// SkipExternal skips tb because the suite points at an existing server
+// (a <BACKEND>_URL variable) and the test needs a server of its own, for
+// fault controls. Under CI=true it fails instead: CI must run every test.
+func SkipExternal(tb testing.TB, why string) {
+	tb.Helper()
+	if InCI() {
+		tb.Fatal("testserver: " + why + " (CI=true: unset the *_URL variable so fault tests get servers of their own)")
+	}
+	tb.Skip("testserver: " + why)
+}
