@@ -353,7 +353,7 @@ func (l *Lease) end(cause error) {
 	l.mu.Unlock()
 	l.cancel(cause)
 	l.c.forget(l)
-	l.c.m.hold.Record(context.Background(), time.Since(l.sent).Seconds(), l.c.m.attrs)
+	l.c.m.held(l.sent)
 	if errors.Is(cause, ErrLeaseLost) {
 		l.c.m.add(l.c.m.lost)
 		l.c.log.Warn("fencelock: lease lost", "name", l.name, "fence", uint64(l.fence), "err", cause)

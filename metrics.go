@@ -26,6 +26,8 @@ const meterName = "github.com/fencelock/fencelock"
 //	fencelock.fence.last             the last fence issued
 type metrics struct {
 	attrs         metric.MeasurementOption
+	addOpts       []metric.AddOption    // attrs, preallocated: no per-call slice
+	recOpts       []metric.RecordOption // attrs, preallocated
 	attempts      metric.Int64Counter
 	acquired      metric.Int64Counter
 	notAcquired   metric.Int64Counter
@@ -44,6 +46,7 @@ func newMetrics(mp metric.MeterProvider, backend string) *metrics {
 	// Instrument creation only fails on invalid names; ours are constant and
 	// valid, and the API returns a usable no-op instrument on error anyway.
 	x := &metrics{attrs: metric.WithAttributes(attribute.String("fencelock.backend", backend))}
+	x.addOpts, x.recOpts = []metric.AddOption{x.attrs}, []metric.RecordOption{x.attrs}
 	x.attempts, _ = m.Int64Counter("fencelock.acquire.attempts", metric.WithDescription("Lock acquisition attempts sent to the store."))
 	x.acquired, _ = m.Int64Counter("fencelock.acquire.acquired", metric.WithDescription("Leases granted (fences issued)."))
 	x.notAcquired, _ = m.Int64Counter("fencelock.acquire.not_acquired", metric.WithDescription("Attempts that found the lock held."))
@@ -55,11 +58,15 @@ func newMetrics(mp metric.MeterProvider, backend string) *metrics {
 	return x
 }
 
-func (m *metrics) add(c metric.Int64Counter) { c.Add(context.Background(), 1, m.attrs) }
+func (m *metrics) add(c metric.Int64Counter) { c.Add(context.Background(), 1, m.addOpts...) }
 
 func (m *metrics) granted(fence Fence, since time.Time) {
 	ctx := context.Background()
-	m.acquired.Add(ctx, 1, m.attrs)
-	m.fence.Record(ctx, fence.Int64(), m.attrs)
-	m.wait.Record(ctx, time.Since(since).Seconds(), m.attrs)
+	m.acquired.Add(ctx, 1, m.addOpts...)
+	m.fence.Record(ctx, fence.Int64(), m.recOpts...)
+	m.wait.Record(ctx, time.Since(since).Seconds(), m.recOpts...)
+}
+
+func (m *metrics) held(since time.Time) {
+	m.hold.Record(context.Background(), time.Since(since).Seconds(), m.recOpts...)
 }
