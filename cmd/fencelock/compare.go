@@ -76,10 +76,7 @@ func compareOne(ctx context.Context, tg target, caps, perf, lost *bytes.Buffer, 
 		return err
 	}
 	defer closeAll()
-	lockers := make([]fencelock.Locker, len(clients))
-	for i, c := range clients {
-		lockers[i] = c
-	}
+	lks := lockers(clients)
 	cp := clients[0].Capabilities()
 	fmt.Fprintf(caps, "| %s | %s | %s | %v | %s | %s | %v | %s |\n", tg.label, cp.Fence, cp.FenceSource, cp.MinTTL, cp.TimeAuthority, cp.Wait, yesNo(cp.FIFO), cp.NodeLoss)
 
@@ -108,7 +105,7 @@ func compareOne(ctx context.Context, tg target, caps, perf, lost *bytes.Buffer, 
 	ttl := demoTTL(a, 50*time.Millisecond)
 	row := map[conformance.Mode]conformance.LostUpdatesResult{}
 	for _, m := range conformance.Modes {
-		res, err := conformance.LostUpdates(ctx, lockers, &guard.Counter{}, m, conformance.LostUpdatesConfig{
+		res, err := conformance.LostUpdates(ctx, lks, &guard.Counter{}, m, conformance.LostUpdatesConfig{
 			Name: fmt.Sprintf("lost-%d", m), Sections: sections, Workers: 8, StallRate: stall, TTL: ttl})
 		if err != nil {
 			return err

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/guard"
 )
@@ -43,10 +42,7 @@ func runLostUpdates(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeAll()
-	lockers := make([]fencelock.Locker, len(cs))
-	for i, c := range cs {
-		lockers[i] = c
-	}
+	lks := lockers(cs)
 	caps, ttl := cs[0].Capabilities(), demoTTL(cs[0], *ttlFlag)
 	newRes, closeRes, err := openResource(ctx, *resource, url)
 	if err != nil {
@@ -73,7 +69,7 @@ func runLostUpdates(ctx context.Context, args []string) error {
 					}
 				},
 			}
-			r, err := conformance.LostUpdates(ctx, lockers, res, m, cfg)
+			r, err := conformance.LostUpdates(ctx, lks, res, m, cfg)
 			if err != nil {
 				return err
 			}

@@ -98,3 +98,12 @@ func acquireReleaseLatencies(ctx context.Context, c *fencelock.Client, n int, pr
 	}
 	return lat, nil
 }
+
+// lockers views clients as Lockers.
+func lockers(cs []*fencelock.Client) []fencelock.Locker {
+	ls := make([]fencelock.Locker, len(cs))
+	for i, c := range cs {
+		ls[i] = c
+	}
+	return ls
+}

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -372,4 +374,19 @@ func StopSharedPostgres() {
 		shared.pg.Cleanup()
 		shared.pg = nil
 	}
+}
+
+// Main runs a test binary's tests, then stops the shared PostgreSQL server
+// (SharedPostgres) and, if they passed, fails on leaked goroutines. Use it as
+// TestMain: func TestMain(m *testing.M) { testserver.Main(m) }.
+func Main(m *testing.M) {
+	code := m.Run()
+	StopSharedPostgres()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
