@@ -151,7 +151,16 @@ func (c *Client) Capabilities() Capabilities { return c.caps }
 
 // As sets target to the backend's native client when it has a supported
 // type (see the backend's package doc) and reports whether it did.
+// A *driver.Admin target receives the backend's out-of-band admin hooks
+// when it has them (the conformance suite's URL harness uses them).
 func (c *Client) As(target any) bool {
+	if p, ok := target.(*driver.Admin); ok {
+		a, ok := c.b.(driver.Admin)
+		if ok {
+			*p = a
+		}
+		return ok
+	}
 	if a, ok := c.b.(driver.Aser); ok && target != nil {
 		return a.As(target)
 	}
