@@ -39,7 +39,13 @@ type Lease struct {
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 
-	opMu sync.Mutex // serializes store operations: renew, Extend, Release
+	// op serializes store operations (renew, Extend, Release): a token in a
+	// one-slot channel, so that a caller waiting for an in-flight renewal
+	// can give up when its ctx ends.
+	op chan struct{}
+	// renewCancel cancels the renewal in flight, if any (guarded by mu);
+	// Release uses it so that it never waits out a slow renewal.
+	renewCancel context.CancelFunc
 
 	mu          sync.Mutex
 	ttl         time.Duration
@@ -54,7 +60,7 @@ type Lease struct {
 }
 
 func newLease(ctx context.Context, c *Client, name string, o resolved, dl driver.Lease, sent time.Time) *Lease {
-	l := &Lease{c: c, name: name, dl: dl, fence: Fence(dl.Fence()), autoRenew: o.autoRenew, ttl: o.ttl, sent: sent}
+	l := &Lease{c: c, name: name, dl: dl, fence: Fence(dl.Fence()), autoRenew: o.autoRenew, ttl: o.ttl, sent: sent, op: make(chan struct{}, 1)}
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	l.validUntil = sent.Add(o.ttl - c.drift(o.ttl))
 	if o.maxHold > 0 {
@@ -130,6 +136,42 @@ func (l *Lease) ValidUntil() time.Time {
 	return l.validUntil
 }
 
+// StoreTTL returns how long the store keeps the lock without a renewal,
+// counted from the last successful acquire or renewal: the TTL the store
+// granted, which some stores raise above the one requested (etcd's minimum
+// lease TTL, ZooKeeper's negotiated session timeout). ValidUntil stays
+// computed from the requested TTL; StoreTTL is how long another client may
+// have to wait for a lock whose holder vanished.
+func (l *Lease) StoreTTL() time.Duration {
+	l.mu.Lock()
+	ttl := l.ttl
+	l.mu.Unlock()
+	if g, ok := l.dl.(driver.GrantedTTLer); ok {
+		if s := g.GrantedTTL(); s > ttl {
+			return s
+		}
+	}
+	return ttl
+}
+
+// lockOp takes the store-operation token, or returns ctx's error if ctx
+// ends first.
+func (l *Lease) lockOp(ctx context.Context) error {
+	select {
+	case l.op <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case l.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *Lease) unlockOp() { <-l.op }
+
 // As sets target to the backend's native view of this lease when it has a
 // supported type (see the backend's package doc) and reports whether it did.
 func (l *Lease) As(target any) bool {
@@ -153,8 +195,10 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
 		return l.wrap(op, fmt.Errorf("%w: nil context", ErrInvalid))
 	}
-	l.opMu.Lock()
-	defer l.opMu.Unlock()
+	if err := l.lockOp(ctx); err != nil {
+		return l.wrap(op, fmt.Errorf("waiting for a renewal in flight: %w", err))
+	}
+	defer l.unlockOp()
 	l.mu.Lock()
 	if ttl == 0 {
 		ttl = l.ttl
@@ -172,20 +216,27 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 
 // renew is the auto-renew timer's callback.
 func (l *Lease) renew() {
-	l.opMu.Lock()
-	defer l.opMu.Unlock()
+	if l.lockOp(l.ctx) != nil {
+		return
+	}
+	defer l.unlockOp()
 	l.mu.Lock()
 	if l.ended || l.stopRenew {
 		l.mu.Unlock()
 		return
 	}
 	ttl, deadline := l.ttl, l.validUntil
-	l.mu.Unlock()
 	ctx, cancel := context.WithDeadline(l.ctx, deadline)
-	defer cancel()
+	l.renewCancel = cancel
+	l.mu.Unlock()
 	err := l.storeExtend(ctx, ttl)
-	if err == nil || l.ctx.Err() != nil {
-		return
+	l.mu.Lock()
+	l.renewCancel = nil
+	stopped := l.stopRenew || l.ended
+	l.mu.Unlock()
+	cancel()
+	if err == nil || stopped || l.ctx.Err() != nil {
+		return // renewed, or superseded by Release/Close
 	}
 	l.c.m.add(l.c.m.renewFailures)
 	l.c.log.Warn("fencelock: renewal failed; retrying until the validity deadline", "name", l.name, "fence", uint64(l.fence), "err", err)
@@ -219,12 +270,17 @@ func (l *Lease) storeExtend(ctx context.Context, ttl time.Duration) error {
 	if l.ended {
 		return l.endedErr()
 	}
+	// The store now keeps the lock until sent+ttl, no longer: the deadline
+	// becomes exactly that, earlier than before if ttl is shorter (keeping
+	// the later one would let this lease outlive the store's lock).
 	vu := sent.Add(ttl - l.c.drift(ttl))
 	if !l.maxHoldAt.IsZero() && l.maxHoldAt.Before(vu) {
 		vu = l.maxHoldAt
 	}
-	if vu.After(l.validUntil) {
-		l.validUntil = vu
+	earlier := vu.Before(l.validUntil)
+	l.validUntil = vu
+	if earlier && l.expiryTimer != nil {
+		l.expiryTimer.Reset(time.Until(vu))
 	}
 	l.ttl = ttl
 	if l.renewTimer != nil && !l.stopRenew {
@@ -266,8 +322,33 @@ func (l *Lease) Release(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	l.opMu.Lock()
-	defer l.opMu.Unlock()
+	// No renewal may start from now on, and one in flight is cut short:
+	// Release supersedes it and must not wait it out.
+	l.mu.Lock()
+	l.stopRenew = true
+	if l.renewTimer != nil {
+		l.renewTimer.Stop()
+	}
+	if l.renewCancel != nil {
+		l.renewCancel()
+	}
+	l.mu.Unlock()
+	if err := l.lockOp(ctx); err != nil {
+		// A store operation is still in flight (a driver slow to honour
+		// cancellation). End the lease here and free the store side once
+		// that operation returns, in the background, bounded as usual.
+		l.end(&Error{Op: "lease", Backend: l.c.caps.Backend, Name: l.name, Err: fmt.Errorf("%w (the store release continues in the background)", ErrReleased)})
+		go func() {
+			_ = l.lockOp(context.Background())
+			defer l.unlockOp()
+			if !l.takeStoreSide() {
+				return
+			}
+			_ = l.storeRelease(context.Background())
+		}()
+		return l.wrap(op, fmt.Errorf("waiting for a renewal in flight: %w", err))
+	}
+	defer l.unlockOp()
 	l.mu.Lock()
 	if l.ended {
 		gone := l.storeGone
@@ -283,11 +364,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		}
 		return l.wrap(op, err)
 	}
-	l.stopRenew = true
 	l.storeGone = true
-	if l.renewTimer != nil {
-		l.renewTimer.Stop()
-	}
 	expired := !time.Now().Before(l.validUntil)
 	l.mu.Unlock()
 	err := l.storeRelease(ctx)
@@ -312,22 +389,42 @@ func (l *Lease) storeRelease(ctx context.Context) error {
 
 // closeWithClient ends the lease because its Client is closing, releasing
 // the store side if it is still ours.
-func (l *Lease) closeWithClient() {
-	l.opMu.Lock()
-	defer l.opMu.Unlock()
+// ctx bounds the whole close (Client.Close shares one deadline across its
+// leases).
+func (l *Lease) closeWithClient(ctx context.Context) {
 	l.mu.Lock()
 	if l.ended {
 		l.mu.Unlock()
 		return
 	}
 	l.stopRenew = true
-	gone := l.storeGone
-	l.storeGone = true
+	if l.renewTimer != nil {
+		l.renewTimer.Stop()
+	}
+	if l.renewCancel != nil {
+		l.renewCancel()
+	}
 	l.mu.Unlock()
 	l.end(&Error{Op: "lease", Backend: l.c.caps.Backend, Name: l.name, Err: fmt.Errorf("%w: %w", ErrLeaseLost, ErrClosed)})
-	if !gone {
-		_ = l.storeRelease(context.Background())
+	if l.lockOp(ctx) != nil {
+		return // the store frees it at its TTL
 	}
+	defer l.unlockOp()
+	if l.takeStoreSide() {
+		rctx, cancel := context.WithTimeout(ctx, l.c.opts.ReleaseTimeout)
+		defer cancel()
+		_ = l.dl.Release(rctx)
+	}
+}
+
+// takeStoreSide marks the store side as being freed and reports whether
+// it still needed freeing (not already released or known lost).
+func (l *Lease) takeStoreSide() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	gone := l.storeGone
+	l.storeGone = true
+	return !gone
 }
 
 func (l *Lease) markStoreGone() {

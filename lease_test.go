@@ -2,6 +2,7 @@ package fencelock_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -69,7 +70,9 @@ func TestNoRenewalAfterRelease(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(ttl / 3) // release near a renewal, racing it
-		if err := l.Release(ctx); err != nil {
+		// On a loaded machine the lease may run out before Release: that is
+		// not what this test is about, renewals after Release are.
+		if err := l.Release(ctx); err != nil && !errors.Is(err, fencelock.ErrLeaseLost) {
 			t.Fatal(err)
 		}
 	}

@@ -167,8 +167,9 @@ func (c *Client) As(target any) bool {
 	return false
 }
 
-// Close releases the leases still held through this client (bounded by
-// Options.ReleaseTimeout each), ends waiting acquires with ErrClosed, and
+// Close releases the leases still held through this client, in parallel
+// and within one Options.ReleaseTimeout overall (a lock it could not free
+// in time expires with its TTL), ends waiting acquires with ErrClosed, and
 // closes the backend. Later calls return ErrClosed.
 func (c *Client) Close() error {
 	c.mu.Lock()
@@ -183,13 +184,38 @@ func (c *Client) Close() error {
 	}
 	c.mu.Unlock()
 	c.cancel(ErrClosed)
-	for _, l := range leases {
-		l.closeWithClient()
-	}
+	c.closeLeases(leases)
 	if err := c.b.Close(); err != nil {
 		return c.wrap("close", "", err)
 	}
 	return nil
+}
+
+// closeParallelism bounds the releases Close runs at once.
+const closeParallelism = 64
+
+// closeLeases ends every lease and frees its store side, closeParallelism
+// at a time, all under one ReleaseTimeout deadline.
+func (c *Client) closeLeases(leases []*Lease) {
+	if len(leases) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.ReleaseTimeout)
+	defer cancel()
+	next := make(chan *Lease)
+	var wg sync.WaitGroup
+	for range min(len(leases), closeParallelism) {
+		wg.Go(func() {
+			for l := range next {
+				l.closeWithClient(ctx)
+			}
+		})
+	}
+	for _, l := range leases {
+		next <- l
+	}
+	close(next)
+	wg.Wait()
 }
 
 // TryAcquire makes one attempt to take the lock named name. It returns

@@ -96,7 +96,7 @@ func (m *URLMux) Open(ctx context.Context, rawURL string, opts *Options) (*Clien
 		return nil, &Error{Op: op, Err: fmt.Errorf("%w: malformed URL %q; want scheme://..., e.g. redis://127.0.0.1:6379/0 (registered schemes: %s)", ErrInvalid, redactRaw(rawURL), m.schemeList())}
 	}
 	if u.Scheme == "" {
-		return nil, &Error{Op: op, Err: fmt.Errorf("%w: URL %q has no scheme: use one of %s", ErrInvalid, rawURL, m.schemeList())}
+		return nil, &Error{Op: op, Err: fmt.Errorf("%w: URL %q has no scheme: use one of %s", ErrInvalid, u.Redacted(), m.schemeList())}
 	}
 	m.mu.RLock()
 	opener := m.openers[u.Scheme]
@@ -130,6 +130,18 @@ func (m *URLMux) Open(ctx context.Context, rawURL string, opts *Options) (*Clien
 	b, err := opener.OpenBackendURL(ctx, &u2)
 	if err != nil {
 		return nil, &Error{Op: op, Backend: u.Scheme, Err: err}
+	}
+	if q := u.Query().Get("ttl"); q != "" {
+		// A ttl the store cannot honour would fail every Acquire: say so now.
+		caps := b.Capabilities()
+		if min := caps.MinTTL; o.DefaultTTL < min {
+			_ = b.Close()
+			return nil, &Error{Op: op, Backend: caps.Backend, Err: fmt.Errorf("%w: query parameter ttl=%s is below the %s backend's minimum TTL %v: use ttl=%v or more", ErrInvalid, q, caps.Backend, min, min)}
+		}
+		if o.DefaultTTL > MaxTTL {
+			_ = b.Close()
+			return nil, &Error{Op: op, Backend: caps.Backend, Err: fmt.Errorf("%w: query parameter ttl=%s is over the %v maximum", ErrInvalid, q, MaxTTL)}
+		}
 	}
 	return New(b, &o), nil
 }

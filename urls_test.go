@@ -24,6 +24,8 @@ func TestOpenInvalidURLs(t *testing.T) {
 		{"mem://?ttl=-1s", "positive Go duration"},
 		{"mem://?wait=0s", "positive Go duration"},
 		{"mem://?ttl=1s&ttl=2s", "give it once"},
+		{"mem://?ttl=500us", "below the mem backend's minimum TTL"},
+		{"mem://?ttl=9000h", "over the"},
 		{"://bad", "malformed URL"},
 		{"127.0.0.1:6379", "scheme"},
 		{"", "no scheme"},
