@@ -11,6 +11,7 @@ setup:
 # Every test, against real servers, under the race detector.
 test: setup
 	$(GO) test -race -count=1 -timeout 25m ./...
+	if [ -f bench/go.mod ]; then cd bench && $(GO) test -race -count=1 -timeout 10m ./...; fi
 
 # The seed story on the embedded default store.
 demo:
