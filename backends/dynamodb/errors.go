@@ -1,0 +1,110 @@
+package dynamodb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// call records what the SDK did for one operation, across its retries: a
+// middleware placed after the SDK's retry middleware sees every attempt.
+type call struct {
+	attempts int  // attempts made
+	sent     bool // some attempt may have reached the server
+}
+
+type callKey struct{}
+
+// attemptsMiddleware counts the attempts of the operation whose ctx
+// carries a *call, and notes whether any may have reached the server (an
+// attempt that failed to dial did not).
+var attemptsMiddleware = middleware.FinalizeMiddlewareFunc("fencelockAttempts",
+	func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+		out, md, err := next.HandleFinalize(ctx, in)
+		if c, ok := ctx.Value(callKey{}).(*call); ok {
+			c.attempts++
+			if err == nil || !dialError(err) {
+				c.sent = true
+			}
+		}
+		return out, md, err
+	})
+
+// withAttempts installs attemptsMiddleware for one operation.
+func withAttempts(o *ddb.Options) {
+	o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+		return s.Finalize.Insert(attemptsMiddleware, "Retry", middleware.After)
+	})
+}
+
+// track returns ctx carrying a fresh *call for one operation.
+func track(ctx context.Context) (context.Context, *call) {
+	c := &call{}
+	return context.WithValue(ctx, callKey{}, c), c
+}
+
+// dialError reports whether err shows that no connection was made (so the
+// request cannot have been applied).
+func dialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// conditionFailed reports whether err is DynamoDB's
+// ConditionalCheckFailedException.
+func conditionFailed(err error) bool {
+	var ccf *types.ConditionalCheckFailedException
+	return errors.As(err, &ccf)
+}
+
+// classify wraps an SDK error once, with the driver sentinel it means:
+//   - the ctx error when ctx ended (errors.Is(err, ctx.Err()) holds);
+//   - ErrInvalid for a missing table (with the key schema to create);
+//   - nothing more for a request DynamoDB refuses as wrong (validation,
+//     access denied, bad credentials): retrying will not help;
+//   - ErrUnavailable for throttling, server errors and network errors,
+//     after the SDK's own retries.
+func classify(ctx context.Context, op, table string, err error) error {
+	var rnf *types.ResourceNotFoundException
+	var ae smithy.APIError
+	switch {
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return fmt.Errorf("dynamodb %s: %w", op, err)
+	case ctx.Err() != nil:
+		return fmt.Errorf("dynamodb %s: %w (%w)", op, ctx.Err(), err)
+	case errors.As(err, &rnf):
+		return fmt.Errorf("%w: dynamodb %s: %w", driver.ErrInvalid, op, missingTable(table))
+	case errors.As(err, &ae) && ae.ErrorFault() == smithy.FaultClient && !throttled(ae.ErrorCode()):
+		return fmt.Errorf("dynamodb %s: %w", op, err)
+	}
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) && re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500 && !errors.As(err, &ae) {
+		return fmt.Errorf("dynamodb %s: %w", op, err)
+	}
+	return fmt.Errorf("%w: dynamodb %s: %w; check that the endpoint and region are right and the service is reachable", driver.ErrUnavailable, op, err)
+}
+
+// throttled reports whether a client-fault error code means "slow down",
+// which is the service being unavailable to us, not a bad request.
+func throttled(code string) bool {
+	switch code {
+	case "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
+		"LimitExceededException", "TransactionInProgressException":
+		return true
+	}
+	return false
+}
+
+// missingTable explains a missing table.
+func missingTable(table string) error {
+	return fmt.Errorf("table %q does not exist: create it with partition key %q of type S (string) and no sort key, or open with create_table=true", table, attrKey)
+}

@@ -1,0 +1,173 @@
+package dynamodb
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// The item layout: the AWS DynamoDB Lock Client's attribute names and
+// representations (see the package doc), plus fence.
+const (
+	attrKey      = "key"                 // S, partition key: the lock's store key
+	attrOwner    = "ownerName"           // S
+	attrRVN      = "recordVersionNumber" // S, a new UUID on every write
+	attrLease    = "leaseDuration"       // S, decimal milliseconds
+	attrReleased = "isReleased"          // S "1" when released, absent otherwise
+	attrData     = "data"                // B, optional, never written by fencelock
+	attrFence    = "fence"               // N, fencelock's fencing token
+
+	releasedValue = "1"
+)
+
+// The expression attribute names every request uses.
+var exprNames = map[string]string{
+	"#k":   attrKey,
+	"#on":  attrOwner,
+	"#rvn": attrRVN,
+	"#ld":  attrLease,
+	"#ir":  attrReleased,
+	"#f":   attrFence,
+}
+
+// names returns the subset of exprNames an expression uses (DynamoDB
+// rejects unused names).
+func names(keys ...string) map[string]string {
+	m := make(map[string]string, len(keys))
+	for _, k := range keys {
+		m[k] = exprNames[k]
+	}
+	return m
+}
+
+func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
+
+func num(n uint64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatUint(n, 10)}
+}
+
+func keyOf(name string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{attrKey: str(name)}
+}
+
+// newRVN returns a random (version 4) UUID in its 36-character text form,
+// as the AWS Lock Client writes record version numbers.
+func newRVN() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], b[10:])
+	return string(s[:])
+}
+
+// leaseMillis is ttl in whole milliseconds, rounded up, as leaseDuration
+// holds it: waiters wait at least as long as the holder believes it holds.
+func leaseMillis(ttl time.Duration) string {
+	return strconv.FormatInt(int64((ttl+time.Millisecond-1)/time.Millisecond), 10)
+}
+
+// lockItem is what a read found under a lock's key.
+type lockItem struct {
+	owner    string
+	rvn      string
+	lease    time.Duration
+	released bool
+	fence    uint64 // 0 when the item has no fence (written by another client)
+}
+
+// malformedError says which attribute of a foreign item is missing or
+// malformed. Such an item is never taken over.
+type malformedError struct {
+	key, attr, why string
+}
+
+func (e *malformedError) Error() string {
+	return fmt.Sprintf("the DynamoDB item of lock %q has %s attribute %q: it was not written by fencelock or the AWS DynamoDB Lock Client, so fencelock will not take it over; fix or delete the item",
+		e.key, e.why, e.attr)
+}
+
+// parseItem reads a lock item. A missing or malformed attribute is an error
+// naming it; an attribute the layout does not know is ignored.
+func parseItem(key string, item map[string]types.AttributeValue) (lockItem, error) {
+	var it lockItem
+	s := func(attr string, required bool) (string, bool, error) {
+		v, ok := item[attr]
+		if !ok {
+			if required {
+				return "", false, &malformedError{key, attr, "no"}
+			}
+			return "", false, nil
+		}
+		sv, ok := v.(*types.AttributeValueMemberS)
+		if !ok {
+			return "", false, &malformedError{key, attr, fmt.Sprintf("a non-string (%T)", v)}
+		}
+		return sv.Value, true, nil
+	}
+	var err error
+	if it.owner, _, err = s(attrOwner, true); err != nil {
+		return it, err
+	}
+	if it.rvn, _, err = s(attrRVN, true); err != nil {
+		return it, err
+	}
+	if it.rvn == "" {
+		return it, &malformedError{key, attrRVN, "an empty"}
+	}
+	ld, _, err := s(attrLease, true)
+	if err != nil {
+		return it, err
+	}
+	ms, perr := strconv.ParseInt(ld, 10, 64)
+	if perr != nil || ms < 0 || ms > int64(366*24*time.Hour/time.Millisecond) {
+		return it, &malformedError{key, attrLease, fmt.Sprintf("a malformed (%q, want decimal milliseconds)", ld)}
+	}
+	it.lease = time.Duration(ms) * time.Millisecond
+	ir, present, err := s(attrReleased, false)
+	if err != nil {
+		return it, err
+	}
+	if present && ir != releasedValue {
+		return it, &malformedError{key, attrReleased, fmt.Sprintf("an unexpected (%q, want %q)", ir, releasedValue)}
+	}
+	it.released = present
+	if v, ok := item[attrFence]; ok {
+		nv, ok := v.(*types.AttributeValueMemberN)
+		if !ok {
+			return it, &malformedError{key, attrFence, fmt.Sprintf("a non-number (%T)", v)}
+		}
+		f, err := strconv.ParseUint(nv.Value, 10, 63)
+		if err != nil {
+			return it, &malformedError{key, attrFence, fmt.Sprintf("a malformed (%q)", nv.Value)}
+		}
+		it.fence = f
+	}
+	return it, nil
+}
+
+// fenceFrom reads the fence from the attributes an UpdateItem returned.
+func fenceFrom(attrs map[string]types.AttributeValue) (uint64, error) {
+	v, ok := attrs[attrFence].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, fmt.Errorf("the acquire write returned no numeric %q attribute (got %v)", attrFence, attrs[attrFence])
+	}
+	f, err := strconv.ParseUint(v.Value, 10, 63)
+	if err != nil || f == 0 {
+		return 0, fmt.Errorf("the acquire write returned a malformed %q %q", attrFence, v.Value)
+	}
+	return f, nil
+}

@@ -1,0 +1,145 @@
+package dynamodb
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// maxPending bounds the record versions a lease keeps as possibly current
+// after writes of unknown outcome.
+const maxPending = 8
+
+// lease is a granted lock: the item holds owner and one of rvns.
+type lease struct {
+	b     *backend
+	key   string
+	owner string
+	fence uint64
+	epoch int64 // backend.cut when granted (KillSessions)
+
+	mu   sync.Mutex
+	rvns []string      // the item's version, plus versions written by writes of unknown outcome
+	ttl  time.Duration // lease duration last written
+}
+
+var (
+	_ driver.Lease        = (*lease)(nil)
+	_ driver.GrantedTTLer = (*lease)(nil)
+)
+
+func (b *backend) newLease(req driver.AcquireRequest, owner, rvn string, fence uint64) *lease {
+	return &lease{b: b, key: req.Name, owner: owner, fence: fence, epoch: b.cut.Load(), rvns: []string{rvn}, ttl: req.TTL}
+}
+
+func (l *lease) Fence() uint64 { return l.fence }
+
+// GrantedTTL is how long another client may have to wait for this lock
+// once it is abandoned: a waiter takes it after watching its version
+// unchanged for the lease duration from its own first read, plus up to one
+// jittered poll interval and the round trips of its read and write
+// (counted here as a second poll interval).
+func (l *lease) GrantedTTL() time.Duration {
+	l.mu.Lock()
+	ttl := l.ttl
+	l.mu.Unlock()
+	p := l.b.pollInterval(ttl)
+	return ttl + 2*p
+}
+
+// Extend is the heartbeat: one UpdateItem, conditional on our version and
+// owner, writes a new version and the lease duration.
+func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.update(ctx, "extend", "SET #rvn = :new, #ld = :ld", map[string]types.AttributeValue{":ld": str(leaseMillis(ttl))}, ttl)
+}
+
+// Release marks the item released and writes a new version, conditional
+// on our version and owner. The item (and its fence) stays.
+func (l *lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.update(ctx, "release", "SET #ir = :rel, #rvn = :new", map[string]types.AttributeValue{":rel": str(releasedValue)}, 0)
+}
+
+// update makes one owner-checked write that rotates the version. Callers
+// hold mu.
+func (l *lease) update(ctx context.Context, op, expr string, vals map[string]types.AttributeValue, ttl time.Duration) error {
+	if l.b.cut.Load() != l.epoch {
+		return fmt.Errorf("%w: dynamodb %s: this client was cut off from DynamoDB by KillSessions (a simulated network partition)", driver.ErrUnavailable, op)
+	}
+	rvn := newRVN()
+	vals[":new"] = str(rvn)
+	vals[":on"] = str(l.owner)
+	var in []string
+	for i, v := range l.rvns {
+		p := fmt.Sprintf(":r%d", i)
+		vals[p] = str(v)
+		in = append(in, p)
+	}
+	cond := "#rvn = " + in[0]
+	if len(in) > 1 {
+		cond = "#rvn IN (" + strings.Join(in, ", ") + ")"
+	}
+	cond += " AND #on = :on"
+	n := names("#rvn", "#on")
+	for _, k := range []string{"#ld", "#ir"} {
+		if strings.Contains(expr, k) {
+			n[k] = exprNames[k]
+		}
+	}
+	cctx, c := track(ctx)
+	_, err := l.b.api.UpdateItem(cctx, &ddb.UpdateItemInput{
+		TableName:                 &l.b.cfg.Table,
+		Key:                       keyOf(l.key),
+		ConditionExpression:       aws.String(cond),
+		UpdateExpression:          aws.String(expr),
+		ExpressionAttributeNames:  n,
+		ExpressionAttributeValues: vals,
+	}, withAttempts)
+	switch {
+	case err == nil:
+		l.done(rvn, ttl)
+		return nil
+	case conditionFailed(err) && c.attempts > 1:
+		// A retry refused because an earlier attempt was applied?
+		if out, gerr := l.b.get(ctx, l.key); gerr == nil && out.Item != nil {
+			if it, perr := parseItem(l.key, out.Item); perr == nil && it.rvn == rvn && it.owner == l.owner {
+				l.done(rvn, ttl)
+				return nil
+			}
+		}
+		return l.lost()
+	case conditionFailed(err):
+		return l.lost()
+	}
+	if c.sent {
+		// Unknown outcome: the item may hold rvn now.
+		l.rvns = append(l.rvns, rvn)
+		if len(l.rvns) > maxPending {
+			l.rvns = l.rvns[len(l.rvns)-maxPending:]
+		}
+	}
+	return classify(ctx, op, l.b.cfg.Table, err)
+}
+
+// done records a successful write of rvn.
+func (l *lease) done(rvn string, ttl time.Duration) {
+	l.rvns = append(l.rvns[:0], rvn)
+	if ttl > 0 {
+		l.ttl = ttl
+	}
+}
+
+func (l *lease) lost() error {
+	return fmt.Errorf("%w: the DynamoDB item no longer holds this lease's record version (released, or taken over after its version went unchanged for a lease duration)", driver.ErrLeaseLost)
+}
