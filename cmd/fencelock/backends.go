@@ -2,6 +2,7 @@ package main
 
 // The backends the CLI can open by URL.
 import (
+	_ "github.com/fencelock/fencelock/backends/dynamodb"
 	_ "github.com/fencelock/fencelock/backends/etcd"
 	_ "github.com/fencelock/fencelock/backends/memory"
 	_ "github.com/fencelock/fencelock/backends/pgadvisory"
