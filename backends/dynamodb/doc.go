@@ -1,0 +1,176 @@
+// Package dynamodb is the fencelock backend for Amazon DynamoDB (scheme
+// dynamodb://), through aws-sdk-go-v2. It speaks the protocol of the AWS
+// DynamoDB Lock Client (awslabs/amazon-dynamodb-lock-client, and its ports
+// such as cirello-io/dynamolock): a lease is an item whose record version
+// number (a UUID) changes on every heartbeat, and a waiter may take the
+// lock only after watching that version stay unchanged for a whole lease
+// duration. No clock is compared across machines. To that protocol it adds
+// a fencing token that never goes back.
+//
+//	import (
+//		ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+//		"github.com/fencelock/fencelock/backends/dynamodb"
+//	)
+//
+//	locks := dynamodb.New(ddb.NewFromConfig(awsCfg), dynamodb.Config{Table: "locks"}, nil)
+//
+// or, with the package imported (a blank import suffices), by URL:
+//
+//	locks, err := fencelock.Open(ctx, "dynamodb://locks?region=eu-west-1")
+//	locks, err := fencelock.Open(ctx, "dynamodb://locks?region=us-east-1&endpoint=http://127.0.0.1:8000&create_table=true&dummy_credentials=true")
+//
+// See URLOpener for the URL's parameters. Client.As gives the SDK client:
+// *dynamodb.API always, **ddb.Client when it is one.
+//
+// # Table and item layout
+//
+// The table has partition key "key" of type S and no sort key (the AWS
+// Lock Client's default; CreateTable or create_table=true makes one with
+// on-demand billing). A lock whose store key is K (the name after
+// Options.Prefix) is the item with key = K:
+//
+//   - key (S): K.
+//   - ownerName (S): "<Config.Owner>/<token>", the token new for every
+//     grant (32 hex characters). Heartbeat and release are conditional on
+//     it.
+//   - recordVersionNumber (S): a random UUID, new on every acquire,
+//     heartbeat and release. Every write is conditional on it.
+//   - leaseDuration (S): the lease TTL in decimal milliseconds, as the AWS
+//     Lock Client writes it ("20000"); rewritten by each heartbeat.
+//   - isReleased (S): "1" once released, absent while held (the AWS Lock
+//     Client's representation: it treats the attribute's presence as
+//     released).
+//   - data (B): optional, the AWS Lock Client's payload. fencelock never
+//     writes it and keeps it.
+//   - fence (N): fencelock's fencing token.
+//
+// fencelock never deletes an item: release marks it released, so the
+// fence stays with the name.
+//
+// # Operations
+//
+//   - Acquire: ONE conditional UpdateItem: SET ownerName, a new
+//     recordVersionNumber, leaseDuration, fence = if_not_exists(fence,
+//     <client clock in µs>) + 1, REMOVE isReleased, on the condition
+//     attribute_not_exists(key) OR isReleased = "1" [OR
+//     recordVersionNumber = <the version this Client watched unchanged for
+//     its lease duration>], with ReturnValues giving the new fence. A
+//     refused write is followed by one consistent GetItem that records
+//     what holds the lock (the observation, below).
+//   - Heartbeat (Extend): one UpdateItem conditional on our version and
+//     ownerName, writing a new version and leaseDuration.
+//   - Release: one UpdateItem conditional on our version and ownerName,
+//     setting isReleased = "1" and a new version. A condition failure is
+//     ErrLeaseLost: another holder's lock is never touched.
+//
+// Acquire and release are one conditional write each (a test counts the
+// requests).
+//
+// # Expiry by observation
+//
+// DynamoDB keeps no lease clock, and the clocks of the machines sharing a
+// table are not trusted to agree, so expiry is decided by observation
+// (Capabilities.TimeAuthority is TimeClient), as in the AWS Lock Client.
+// Each Client remembers, per lock it found held, the record version and
+// the local monotonic time at which it first read it (the receipt of the
+// read, which is after the holder sent the write that made that version).
+// Once the version has stayed unchanged for the item's leaseDuration from
+// then, the Client may take the lock with a write conditional on that
+// exact version; a heartbeat in between changes the version, and the
+// write fails. The holder's local validity deadline runs from when it sent
+// its last successful write, less drift, so it always ends before a
+// waiter can have watched a full lease.
+//
+// The cost: an abandoned lock is taken a full lease duration after the
+// waiter FIRST READ it, not after the holder's last heartbeat. A waiter
+// that arrives late waits a whole lease; Lease.StoreTTL reports the
+// bound (the TTL plus two poll intervals) for sizing such waits. A blocked
+// Acquire keeps its observation between polls, and so does a later
+// TryAcquire on the same Client (the memory is per Client, bounded to
+// 10,000 locks).
+//
+// # Waiting
+//
+// A blocked Acquire (Capabilities.Wait is WaitPoll) reads the item every
+// Config.PollInterval (jittered ±25%; by default the held item's lease
+// duration / 20, between 10ms and 200ms) with a consistent GetItem, and
+// writes once the item is released, gone, or its watched version expired.
+// A released lock is thus taken within one poll interval plus the round
+// trips of a read and a write, never a lease later. Polls are reads, which
+// cost less than refused conditional writes. The portable Backoff is not
+// used. There is no queue (FIFO is false).
+//
+// # Fences
+//
+// The fence is the item's numeric fence attribute, raised by one in the
+// same conditional write that grants, so two grants of one name can never
+// share a fence, and every grant's fence is above the one before it while
+// the attribute survives. With fencelock alone on the table it always
+// does (DynamoDB is durable and fencelock never deletes the item), so
+// Capabilities.Fence is FenceStrict.
+//
+// Mixed fleets: the AWS Lock Client with its defaults replaces the whole
+// item when it acquires (PutItem) and deletes it when it releases, which
+// wipes fence. The next fencelock grant then finds no fence and starts
+// from the granting client's clock in microseconds (about 1.8e15; fences
+// fit an int64 and are exact as JSON numbers). That is above every
+// earlier fence as long as that client's clock is not behind the clock of
+// the client that issued the last one by more than the time between the
+// two grants (a foreign hold lasts at least a round trip, usually
+// seconds; NTP keeps clocks within milliseconds). Declare such a fleet
+// with Config.MixedFleet (mixed_fleet=true): Capabilities.Fence is then
+// FenceTimeFloored.
+//
+// # What the AWS Lock Client sees of our locks, and we of theirs
+//
+// They exclude each other both ways: the AWS Lock Client reads our items
+// as its own (our fence is one more attribute to it), waits a lease
+// duration on our version like on any other, takes our released items
+// (isReleased = "1"), and its heartbeat and release conditions never match
+// our versions. We read its items (ownerName, recordVersionNumber,
+// leaseDuration, isReleased) the same way; an item it deleted is free, one
+// it marked released is taken at once. A foreign item with a missing or
+// malformed attribute (no recordVersionNumber, a leaseDuration that is not
+// decimal milliseconds, an isReleased other than "1") is an error naming
+// the attribute: it is never taken over. Items with a sort key are
+// another table layout and are not supported (opening checks the schema).
+//
+// # Ambiguous outcomes
+//
+// An acquire write whose result is unknown (ctx ended or the connection
+// broke after it was sent) is followed, on a detached context, by a write
+// that marks the item released if it holds this attempt's version (or,
+// for a takeover, still holds the version watched), so nothing is left
+// held; if that write fails too, the error wraps ErrIndeterminate. A
+// conditional write that the SDK retried and that then failed its
+// condition may have been applied by an earlier attempt: a consistent
+// read settles it (the lease is ours if the item holds our version).
+// Heartbeats and releases of unknown outcome keep the version they may
+// have written as a candidate, so the next one is conditional on any of
+// them (recordVersionNumber IN (...)). One window remains: an acquire
+// request delayed inside the network or a stalled server past its
+// cleanup may still be applied later; the lock is then held by nobody
+// until others have watched its version for a lease duration.
+//
+// # Errors and timeouts
+//
+// A refused condition is ErrNotAcquired (acquire) or ErrLeaseLost
+// (heartbeat, release). Throttling, 5xx and network errors, after the
+// SDK's retries, wrap ErrUnavailable; a missing table or a wrong key
+// schema is ErrInvalid with the schema to create. Clients opened from a
+// URL bound each HTTP request (request_timeout, 5s by default) and do not
+// use the SDK's client-side retry quota. Credentials never appear in URLs,
+// logs or errors.
+//
+// # IAM
+//
+// The backend needs dynamodb:GetItem and dynamodb:UpdateItem on the
+// table, and dynamodb:DescribeTable when opened from a URL (it checks the
+// key schema); dynamodb:CreateTable only with create_table=true.
+//
+// # Admin
+//
+// driver.Admin (reached with Client.As): Expire marks an item released
+// with a new version, keeping its fence; KillSessions simulates a network
+// partition of this client's held leases (DynamoDB has no sessions).
+package dynamodb
