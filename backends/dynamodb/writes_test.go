@@ -1,0 +1,256 @@
+package dynamodb_test
+
+import (
+	"errors"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backends/dynamodb"
+	"github.com/fencelock/fencelock/internal/testserver"
+)
+
+// wire is an HTTP transport to the real server that counts requests by
+// operation and can lose replies (the request is served, its reply
+// dropped, as a connection reset after sending would) or cut the network
+// (nothing sent).
+type wire struct {
+	base *http.Transport
+
+	mu      sync.Mutex
+	ops     map[string]int
+	loseOp  string
+	lose    int  // replies of loseOp still to lose
+	thenCut bool // cut the network once the last of them is lost
+	down    bool
+}
+
+func newWire() *wire {
+	return &wire{base: http.DefaultTransport.(*http.Transport).Clone(), ops: map[string]int{}}
+}
+
+func (w *wire) RoundTrip(req *http.Request) (*http.Response, error) {
+	op := strings.TrimPrefix(req.Header.Get("X-Amz-Target"), "DynamoDB_20120810.")
+	w.mu.Lock()
+	w.ops[op]++
+	lose := w.lose > 0 && op == w.loseOp
+	if lose {
+		w.lose--
+	}
+	down := w.down
+	w.mu.Unlock()
+	if down {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("test network cut")}
+	}
+	resp, err := w.base.RoundTrip(req)
+	if lose && err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		w.mu.Lock()
+		if w.lose == 0 && w.thenCut {
+			w.down = true
+		}
+		w.mu.Unlock()
+		return nil, &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer (test: reply lost)")}
+	}
+	return resp, err
+}
+
+// take returns the counts since the last take.
+func (w *wire) take() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := maps.Clone(w.ops)
+	clear(w.ops)
+	return m
+}
+
+func (w *wire) loseNext(op string, n int) {
+	w.mu.Lock()
+	w.loseOp, w.lose, w.thenCut = op, n, false
+	w.mu.Unlock()
+}
+
+// loseThenCut loses the next reply of op, then cuts the network.
+func (w *wire) loseThenCut(op string) {
+	w.mu.Lock()
+	w.loseOp, w.lose, w.thenCut = op, 1, true
+	w.mu.Unlock()
+}
+
+func (w *wire) cut(down bool) {
+	w.mu.Lock()
+	w.down = down
+	w.mu.Unlock()
+}
+
+// openWire opens a Client whose requests go through w, with the SDK
+// making at most attempts attempts per operation.
+func openWire(tb testing.TB, rawURL string, w *wire, attempts int) *fencelock.Client {
+	tb.Helper()
+	var mux fencelock.URLMux
+	mux.Register(dynamodb.Scheme, &dynamodb.URLOpener{
+		HTTPClient: &http.Client{Transport: w, Timeout: 5 * time.Second},
+		Configure: func(o *ddb.Options) {
+			o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
+				so.MaxAttempts = attempts
+				so.RateLimiter = ratelimit.None
+				so.MaxBackoff = 10 * time.Millisecond
+			})
+		},
+	})
+	c, err := mux.Open(tb.Context(), rawURL, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = c.Close(); w.base.CloseIdleConnections() })
+	return c
+}
+
+func wantOps(t *testing.T, what string, got map[string]int, want map[string]int) {
+	t.Helper()
+	if !maps.Equal(got, want) {
+		t.Errorf("%s made requests %v, want %v", what, got, want)
+	}
+}
+
+// TestOneWriteEach: acquire and release are one conditional write each;
+// a refused acquire is one write and one read; a heartbeat is one write.
+func TestOneWriteEach(t *testing.T) {
+	d := testserver.StartDynalite(t)
+	ctx := t.Context()
+	w := newWire()
+	c := openWire(t, d.URL(), w, 3)
+	other := open(t, d.URL(), nil)
+	n := name(t)
+	noRenew := &fencelock.AcquireOptions{TTL: 10 * time.Second, AutoRenew: fencelock.Bool(false)}
+	for i := range 3 { // first grant creates the item; later ones reuse it
+		w.take()
+		l, err := c.TryAcquire(ctx, n, noRenew)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantOps(t, "TryAcquire", w.take(), map[string]int{"UpdateItem": 1})
+		if i == 0 {
+			if err := l.Extend(ctx, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			wantOps(t, "Extend", w.take(), map[string]int{"UpdateItem": 1})
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wantOps(t, "Release", w.take(), map[string]int{"UpdateItem": 1})
+	}
+	held, err := other.TryAcquire(ctx, n, noRenew)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	w.take()
+	if _, err := c.TryAcquire(ctx, n, nil); !errors.Is(err, fencelock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a held lock: %v", err)
+	}
+	wantOps(t, "refused TryAcquire", w.take(), map[string]int{"UpdateItem": 1, "GetItem": 1})
+}
+
+// TestLostAcquireReply: the acquire write is applied but its reply is
+// lost. Without SDK retries, TryAcquire releases what it may hold before
+// returning the error (another client can take the lock at once); with
+// retries, the retry is refused by the first attempt's grant, and the
+// backend finds the grant is its own.
+func TestLostAcquireReply(t *testing.T) {
+	d := testserver.StartDynalite(t)
+	ctx := t.Context()
+	other := open(t, d.URL(), nil)
+
+	w := newWire()
+	c := openWire(t, d.URL(), w, 1)
+	n := name(t)
+	w.loseNext("UpdateItem", 1)
+	_, err := c.TryAcquire(ctx, n, nil)
+	if err == nil || !errors.Is(err, fencelock.ErrUnavailable) || errors.Is(err, fencelock.ErrIndeterminate) {
+		t.Fatalf("TryAcquire with its reply lost: %v, want ErrUnavailable (cleaned up, not indeterminate)", err)
+	}
+	l, err := other.TryAcquire(ctx, n, nil)
+	if err != nil {
+		t.Fatalf("the lost grant was left held: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reply lost and the cleanup cannot be sent: ErrIndeterminate.
+	n2 := n + "-cut"
+	w.loseThenCut("UpdateItem")
+	_, err = c.TryAcquire(ctx, n2, &fencelock.AcquireOptions{TTL: 500 * time.Millisecond})
+	if !errors.Is(err, fencelock.ErrIndeterminate) {
+		t.Fatalf("TryAcquire with its reply lost and no way to clean up: %v, want ErrIndeterminate", err)
+	}
+	w.cut(false)
+
+	wr := newWire()
+	cr := openWire(t, d.URL(), wr, 3)
+	n3 := n + "-retried"
+	wr.take()
+	wr.loseNext("UpdateItem", 1)
+	l, err = cr.TryAcquire(ctx, n3, &fencelock.AcquireOptions{TTL: 10 * time.Second, AutoRenew: fencelock.Bool(false)})
+	if err != nil {
+		t.Fatalf("TryAcquire whose first attempt was granted and retried: %v, want the grant", err)
+	}
+	wantOps(t, "retried TryAcquire", wr.take(), map[string]int{"UpdateItem": 2, "GetItem": 1})
+	if _, err := other.TryAcquire(ctx, n3, nil); !errors.Is(err, fencelock.ErrNotAcquired) {
+		t.Fatalf("another client's TryAcquire after the recovered grant: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release of the recovered grant: %v", err)
+	}
+}
+
+// TestLostHeartbeatReply: a heartbeat applied with its reply lost leaves
+// the lease unsure of its version; the next heartbeat and the release are
+// conditional on either version and succeed.
+func TestLostHeartbeatReply(t *testing.T) {
+	d := testserver.StartDynalite(t)
+	ctx := t.Context()
+	w := newWire()
+	c := openWire(t, d.URL(), w, 1)
+	other := open(t, d.URL(), nil)
+	n := name(t)
+	l, err := c.TryAcquire(ctx, n, &fencelock.AcquireOptions{TTL: 10 * time.Second, AutoRenew: fencelock.Bool(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.loseNext("UpdateItem", 2)
+	for i := range 2 {
+		if err := l.Extend(ctx, 10*time.Second); err == nil || errors.Is(err, fencelock.ErrLeaseLost) {
+			t.Fatalf("Extend %d with its reply lost: %v, want an error that is not ErrLeaseLost", i, err)
+		}
+	}
+	if err := l.Extend(ctx, 10*time.Second); err != nil {
+		t.Fatalf("Extend after two lost replies: %v", err)
+	}
+	w.loseNext("UpdateItem", 1)
+	if err := l.Extend(ctx, 10*time.Second); err == nil {
+		t.Fatal("Extend with its reply lost succeeded")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release after a lost heartbeat reply: %v", err)
+	}
+	l2, err := other.TryAcquire(ctx, n, nil)
+	if err != nil {
+		t.Fatalf("the lock was not released: %v", err)
+	}
+	_ = l2.Release(ctx)
+
+}
