@@ -1,0 +1,180 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+var (
+	_ driver.Lease        = (*lease)(nil)
+	_ driver.LossNotifier = (*lease)(nil)
+	_ driver.GrantedTTLer = (*lease)(nil)
+	_ driver.Aser         = (*lease)(nil)
+)
+
+// lease is a held lock: our contender node, first in its queue. The
+// portable layer serializes Extend and Release.
+type lease struct {
+	s     *session
+	path  string // our node
+	czxid int64  // the fence
+	sid   int64  // the session that owns our node
+
+	mu    sync.Mutex
+	ttl   time.Duration
+	timer *time.Timer // deletes our node when the TTL passes without a renewal
+
+	releasing atomic.Bool // our own delete is coming: not a loss
+	lost      chan struct{}
+	lostOnce  sync.Once
+}
+
+func (b *backend) newLease(s *session, path string, stat *zk.Stat, ttl time.Duration, sent time.Time) *lease {
+	l := &lease{s: s, path: path, czxid: stat.Czxid, sid: stat.EphemeralOwner, ttl: ttl, lost: make(chan struct{})}
+	l.mu.Lock()
+	l.timer = time.AfterFunc(time.Until(sent.Add(ttl)), l.expire)
+	l.mu.Unlock()
+	if !s.add(l) { // the session ended since the node was created
+		l.markLost()
+	}
+	return l
+}
+
+func (l *lease) Fence() uint64 { return uint64(l.czxid) }
+
+func (l *lease) Lost() <-chan struct{} { return l.lost }
+
+// GrantedTTL is how long ZooKeeper may keep the lock of a client that
+// vanished: the TTL (our own timer deletes the node then, while this
+// process runs) or the negotiated session timeout, whichever is longer.
+func (l *lease) GrantedTTL() time.Duration {
+	_, negotiated, _ := l.s.state()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return max(l.ttl, negotiated)
+}
+
+// As supports **zk.Conn (the session's connection) and *string (the path
+// of our node).
+func (l *lease) As(target any) bool {
+	switch p := target.(type) {
+	case **zk.Conn:
+		*p = l.s.conn
+	case *string:
+		*p = l.path
+	default:
+		return false
+	}
+	return true
+}
+
+// overlong reports a TTL longer than the session timeout the server
+// granted (see the package doc).
+func (l *lease) overlong() bool {
+	l.mu.Lock()
+	ttl := l.ttl
+	l.mu.Unlock()
+	return ttl > l.s.negotiatedLocked()
+}
+
+func (l *lease) markLost() {
+	if l.releasing.Load() {
+		return
+	}
+	l.lostOnce.Do(func() { close(l.lost) })
+}
+
+func (l *lease) isLost() bool {
+	select {
+	case <-l.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+// Extend confirms, with one read sent now, that the session is alive and
+// our node still exists and is ours; the server then keeps the session
+// (and our node) at least a session timeout past the send time. It moves
+// the TTL timer to ttl from the send time.
+func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if l.isLost() {
+		return fmt.Errorf("%w: zookeeper node %s is gone (session ended or node deleted)", driver.ErrLeaseLost, l.path)
+	}
+	b := l.s.b
+	sent := time.Now()
+	type ex struct {
+		ok   bool
+		stat *zk.Stat
+	}
+	r, err := call(b, ctx, func() (ex, error) {
+		ok, st, err := l.s.conn.Exists(l.path)
+		return ex{ok, st}, err
+	})
+	if errors.Is(err, zk.ErrSessionExpired) {
+		l.markLost()
+		return fmt.Errorf("%w: zookeeper session %#x expired", driver.ErrLeaseLost, l.sid)
+	}
+	if err != nil {
+		return b.fail(ctx, "check lock node", err)
+	}
+	id, negotiated, _ := l.s.state()
+	if !r.ok || r.stat.EphemeralOwner != l.sid || r.stat.Czxid != l.czxid || id != l.sid {
+		l.markLost()
+		return fmt.Errorf("%w: zookeeper node %s was deleted (session %#x ended or node removed)", driver.ErrLeaseLost, l.path, l.sid)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.isLost() { // the TTL timer fired meanwhile
+		return fmt.Errorf("%w: zookeeper node %s reached its TTL", driver.ErrLeaseLost, l.path)
+	}
+	l.ttl = ttl
+	l.timer.Reset(time.Until(sent.Add(ttl)))
+	_ = negotiated
+	return nil
+}
+
+// expire is the TTL timer: the holder stopped renewing, so its node goes,
+// as a server-side TTL would remove it.
+func (l *lease) expire() {
+	if l.releasing.Load() {
+		return
+	}
+	l.markLost()
+	l.s.b.deleteLater(l.s, l.path)
+	l.s.remove(l)
+}
+
+// Release deletes our node if it still exists; ErrLeaseLost if it was
+// gone already.
+func (l *lease) Release(ctx context.Context) error {
+	l.releasing.Store(true)
+	l.mu.Lock()
+	stopped := l.timer.Stop()
+	l.mu.Unlock()
+	defer l.s.remove(l)
+	if !stopped && l.isLost() {
+		// The TTL timer fired (and deleted the node) or the session ended.
+		return fmt.Errorf("%w: zookeeper node %s had reached its TTL or lost its session", driver.ErrLeaseLost, l.path)
+	}
+	b := l.s.b
+	err := b.delete(ctx, l.s, l.path)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, zk.ErrNoNode):
+		return fmt.Errorf("%w: zookeeper node %s was already gone", driver.ErrLeaseLost, l.path)
+	}
+	// Unknown outcome: keep trying in the background while the session
+	// lives (when it ends the node goes with it).
+	b.deleteLater(l.s, l.path)
+	return b.fail(ctx, "delete lock node", err)
+}

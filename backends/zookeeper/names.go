@@ -1,0 +1,170 @@
+package zookeeper
+
+import (
+	"path"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Node names. A contender node is written in Curator's protected form
+//
+//	_c_<uuid36>-lock-<seq>
+//
+// and every form below is read as a contender, ordered by its sequence.
+const (
+	protectedPrefix = "_c_"
+	lockInfix       = "-lock-"
+	seqDigits       = 10 // ZooKeeper's %010d sequence suffix
+)
+
+// contenderSuffixes are the name parts, just before the sequence number,
+// of the lock recipes whose nodes count as contenders: Curator's
+// InterProcessMutex and go-zookeeper's zk.Lock ("lock-"), kazoo's Lock and
+// WriteLock ("__lock__") and kazoo's ReadLock ("__rlock__", so a shared
+// reader also excludes us).
+var contenderSuffixes = []string{"lock-", "__lock__", "__rlock__"}
+
+// LockPath returns the ZooKeeper path of the lock whose store key is key
+// (the lock name with fencelock.Options.Prefix in front) under root (the
+// URL path or Config.Root; "" or "/" for the top). Its children are the
+// contenders. Give it to zk.NewLock, Curator's InterProcessMutex or
+// kazoo's Lock to share the lock.
+func LockPath(root, key string) string {
+	return path.Join("/", root, escape(root, key))
+}
+
+// escape maps a store key to one ZooKeeper node name: "%" and "/" are
+// percent-encoded (so "a" and "a/b" are siblings, not parent and child),
+// as are the characters ZooKeeper refuses in paths (controls, U+007F to
+// U+009F, U+D800 to U+F8FF, U+FFF0 to U+FFFF) and a leading "." (so "."
+// and ".." are never path steps). Under the root "/" the reserved name
+// "zookeeper" becomes "%7Aookeeper". Every other name maps to itself.
+func escape(root, key string) string {
+	if key == "zookeeper" && strings.Trim(root, "/") == "" {
+		return "%7Aookeeper"
+	}
+	if !needsEscape(key) {
+		return key
+	}
+	var b strings.Builder
+	b.Grow(len(key) + 8)
+	for i := 0; i < len(key); {
+		r, w := utf8.DecodeRuneInString(key[i:])
+		if r == '%' || r == '/' || (i == 0 && r == '.') || badRune(r) {
+			for j := i; j < i+w; j++ {
+				b.WriteByte('%')
+				b.WriteString(strings.ToUpper(strconv.FormatUint(uint64(key[j])>>4, 16)))
+				b.WriteString(strings.ToUpper(strconv.FormatUint(uint64(key[j])&15, 16)))
+			}
+		} else {
+			b.WriteString(key[i : i+w])
+		}
+		i += w
+	}
+	return b.String()
+}
+
+func needsEscape(key string) bool {
+	if strings.HasPrefix(key, ".") {
+		return true
+	}
+	for _, r := range key {
+		if r == '%' || r == '/' || badRune(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// badRune reports the runes ZooKeeper refuses in a path.
+func badRune(r rune) bool {
+	return r <= 0x1f || (r >= 0x7f && r <= 0x9f) || (r >= 0xd800 && r <= 0xf8ff) || r >= 0xfff0 || r == utf8.RuneError
+}
+
+// uuid36 formats a 32-hex-digit owner token as a UUID (8-4-4-4-12), the
+// form Curator writes after "_c_".
+func uuid36(token string) string {
+	if len(token) != 32 {
+		return token
+	}
+	return token[:8] + "-" + token[8:12] + "-" + token[12:16] + "-" + token[16:20] + "-" + token[20:]
+}
+
+// nodePrefix is the name of our contender node before ZooKeeper appends
+// the sequence number.
+func nodePrefix(token string) string {
+	return protectedPrefix + uuid36(token) + lockInfix
+}
+
+// seqOf returns the sequence number of a contender node name, and false
+// for a name that no known lock recipe writes.
+func seqOf(name string) (int64, bool) {
+	if len(name) < seqDigits {
+		return 0, false
+	}
+	head, digits := name[:len(name)-seqDigits], name[len(name)-seqDigits:]
+	ok := false
+	for _, s := range contenderSuffixes {
+		if strings.HasSuffix(head, s) {
+			ok = true
+			break
+		}
+	}
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(digits, 10, 64) // "-000000001" after an overflow
+	if err != nil {
+		return 0, false
+	}
+	return n, true
+}
+
+// queue is the contenders under a lock path, as read by one Children call.
+type queue struct {
+	ours    string // our node's name ("" if absent)
+	ourSeq  int64
+	extra   []string // more nodes with our prefix (a create retried after a connection loss)
+	lowest  string   // the contender with the lowest sequence
+	pred    string   // the contender just ahead of ours ("" if none or ours is absent)
+	howMany int      // contenders
+}
+
+// scan reads children: our node is the lowest-sequence child named with
+// prefix (others with it are extras to delete).
+func scan(children []string, prefix string) queue {
+	var q queue
+	lowSeq, predSeq := int64(0), int64(0)
+	for _, c := range children {
+		if !strings.HasPrefix(c, prefix) {
+			continue
+		}
+		s, ok := seqOf(c)
+		if !ok {
+			continue
+		}
+		if q.ours == "" || s < q.ourSeq {
+			if q.ours != "" {
+				q.extra = append(q.extra, q.ours)
+			}
+			q.ours, q.ourSeq = c, s
+		} else {
+			q.extra = append(q.extra, c)
+		}
+	}
+	for _, c := range children {
+		s, ok := seqOf(c)
+		if !ok || (q.ours != "" && strings.HasPrefix(c, prefix) && c != q.ours) {
+			continue
+		}
+		q.howMany++
+		if q.lowest == "" || s < lowSeq {
+			q.lowest, lowSeq = c, s
+		}
+		if q.ours != "" && s < q.ourSeq && (q.pred == "" || s > predSeq) {
+			q.pred, predSeq = c, s
+		}
+	}
+	return q
+}

@@ -1,0 +1,423 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// errRequeue: our node vanished while we waited (session expired, node
+// deleted); queue again.
+var errRequeue = errors.New("zookeeper: our lock node vanished while waiting")
+
+// pollInterval bounds a wait for a watch event: a fallback re-check in
+// case an event is lost.
+const pollInterval = 2 * time.Second
+
+// TryAcquire queues our node and leaves at once (deleting it) unless it is
+// first: the recipe's "try lock".
+func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
+	if err := b.begin(); err != nil {
+		return nil, err
+	}
+	defer b.ops.Done()
+	s, err := b.sessionFor(ctx, req.TTL)
+	if err != nil {
+		return nil, err
+	}
+	parent, prefix := LockPath(b.root, req.Name), nodePrefix(req.Token)
+	p, err := b.createNode(ctx, s, parent, prefix)
+	if err != nil {
+		return nil, err
+	}
+	q, stat, sent, err := b.check(ctx, s, parent, prefix, p)
+	if err == nil && ctx.Err() != nil {
+		err = b.fail(ctx, "try-acquire", ctx.Err())
+	}
+	if err == nil && (q.ours == "" || stat == nil) {
+		err = fmt.Errorf("%w: zookeeper: our node %s vanished at once", driver.ErrUnavailable, p)
+	}
+	if err == nil && q.pred != "" {
+		err = fmt.Errorf("%w: %s is held by %s", driver.ErrNotAcquired, parent, q.lowest)
+	}
+	if err != nil {
+		b.leave(ctx, s, p)
+		return nil, err
+	}
+	return b.newLease(s, p, stat, req.TTL, sent), nil
+}
+
+// Acquire queues our node and waits for its turn, watching only the
+// contender just ahead of it.
+func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
+	if err := b.begin(); err != nil {
+		return nil, time.Time{}, err
+	}
+	defer b.ops.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(b.ctx, cancel) // Close ends waits
+	defer stop()
+	s, err := b.sessionFor(ctx, req.TTL)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	parent, prefix := LockPath(b.root, req.Name), nodePrefix(req.Token)
+	for {
+		p, err := b.createNode(ctx, s, parent, prefix)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		stat, sent, err := b.waitTurn(ctx, s, parent, prefix, p)
+		if errors.Is(err, errRequeue) {
+			continue
+		}
+		if err == nil && ctx.Err() != nil {
+			err = b.fail(ctx, "acquire", ctx.Err()) // granted as the wait was cancelled
+		}
+		if err != nil {
+			b.leave(ctx, s, p)
+			return nil, time.Time{}, err
+		}
+		return b.newLease(s, p, stat, req.TTL, sent), sent, nil
+	}
+}
+
+// waitTurn waits until our node p is first. It returns our node's stat and
+// the send time of the read that found it first.
+func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p string) (*zk.Stat, time.Time, error) {
+	for {
+		_, _, wake := s.state()
+		q, stat, sent, err := b.check(ctx, s, parent, prefix, p)
+		if err != nil {
+			if ctx.Err() == nil && errors.Is(err, driver.ErrUnavailable) {
+				// A lost connection or an election: try again shortly,
+				// as long as the caller waits.
+				if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+					return nil, time.Time{}, b.fail(ctx, "wait", err)
+				}
+				continue
+			}
+			return nil, time.Time{}, err
+		}
+		if q.ours == "" || (q.pred == "" && stat == nil) {
+			return nil, time.Time{}, errRequeue
+		}
+		if q.pred == "" {
+			return stat, sent, nil
+		}
+		type exw struct {
+			ok bool
+			ch <-chan zk.Event
+		}
+		w, err := call(b, ctx, func() (exw, error) {
+			ok, _, ch, err := s.conn.ExistsW(parent + "/" + q.pred)
+			return exw{ok, ch}, err
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, time.Time{}, b.fail(ctx, "wait", ctx.Err())
+			}
+			if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+				return nil, time.Time{}, b.fail(ctx, "wait", err)
+			}
+			continue
+		}
+		if !w.ok {
+			continue // gone already: check again
+		}
+		t := time.NewTimer(pollInterval)
+		select {
+		case <-w.ch:
+		case <-wake:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, time.Time{}, b.fail(ctx, "wait", ctx.Err())
+		}
+		t.Stop()
+	}
+}
+
+// check reads the queue under parent and, when our node p is first, its
+// stat (in parallel with the read of the queue, as they usually are both
+// needed). sent is when the queue read was sent.
+func (b *backend) check(ctx context.Context, s *session, parent, prefix, p string) (queue, *zk.Stat, time.Time, error) {
+	var (
+		wg    sync.WaitGroup
+		stat  *zk.Stat
+		found bool
+		serr  error
+	)
+	wg.Go(func() {
+		type ex struct {
+			ok bool
+			st *zk.Stat
+		}
+		r, err := call(b, ctx, func() (ex, error) {
+			ok, st, err := s.conn.Exists(p)
+			return ex{ok, st}, err
+		})
+		stat, found, serr = r.st, r.ok, err
+	})
+	sent := time.Now()
+	children, err := call(b, ctx, func() ([]string, error) {
+		c, _, err := s.conn.Children(parent)
+		return c, err
+	})
+	wg.Wait()
+	if errors.Is(err, zk.ErrNoNode) {
+		return queue{}, nil, sent, nil
+	}
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return queue{}, nil, sent, b.fail(ctx, "read lock queue", err)
+	}
+	q := scan(children, prefix)
+	for _, x := range q.extra { // a create retried after a connection loss
+		b.deleteLater(s, parent+"/"+x)
+	}
+	if q.ours != path.Base(p) {
+		// Our node is not the one we created: it vanished (and this is
+		// an older or newer twin, or nothing).
+		if q.ours != "" {
+			b.deleteLater(s, parent+"/"+q.ours)
+		}
+		return queue{}, nil, sent, nil
+	}
+	if !found {
+		stat = nil
+	}
+	return q, stat, sent, nil
+}
+
+// createNode creates our contender node under parent, creating missing
+// parents as containers. After a connection loss it looks for our node by
+// its protected prefix instead of creating a second one; a create whose
+// outcome stays unknown is cleaned up in the background.
+func (b *backend) createNode(ctx context.Context, s *session, parent, prefix string) (string, error) {
+	for attempt := 0; ; attempt++ {
+		p, err := callLate(b, ctx, func() (string, error) {
+			return s.conn.Create(parent+"/"+prefix, nil, zk.FlagEphemeralSequential, b.acl)
+		}, func(p string, err error) {
+			// The caller gave up: whatever got created must go.
+			if err == nil {
+				b.deleteLater(s, p)
+			} else if uncertain(err) {
+				b.sweepLater(s, parent, prefix)
+			}
+		})
+		switch {
+		case err == nil:
+			return p, nil
+		case errors.Is(err, zk.ErrNoNode) && attempt < 5:
+			if err := b.makeParents(ctx, s, parent); err != nil {
+				return "", err
+			}
+			continue
+		case errors.Is(err, zk.ErrConnectionClosed) && ctx.Err() == nil && attempt < 5:
+			// The create may have been applied: find our node (Curator's
+			// protected mode), or create it if it is not there.
+			children, cerr := call(b, ctx, func() ([]string, error) {
+				c, _, err := s.conn.Children(parent)
+				return c, err
+			})
+			if cerr == nil {
+				if q := scan(children, prefix); q.ours != "" {
+					return parent + "/" + q.ours, nil
+				}
+				continue
+			}
+			if !errors.Is(cerr, zk.ErrNoNode) {
+				b.sweepLater(s, parent, prefix)
+				return "", b.fail(ctx, "create lock node", err)
+			}
+			continue
+		case errors.Is(err, zk.ErrSessionExpired) && ctx.Err() == nil && attempt < 5:
+			continue // our node went with the session; a new session follows
+		}
+		// ctx or the request timeout ended the call: callLate's late
+		// handler cleans up.
+		return "", b.fail(ctx, "create lock node", err)
+	}
+}
+
+// makeParents creates parent and its ancestors as container nodes
+// (ZooKeeper deletes an empty container), or persistent nodes on a server
+// without containers.
+func (b *backend) makeParents(ctx context.Context, s *session, parent string) error {
+	parts := strings.Split(strings.TrimPrefix(parent, "/"), "/")
+	cur := ""
+	for _, part := range parts {
+		cur += "/" + part
+		_, err := call(b, ctx, func() (string, error) {
+			return s.conn.CreateContainer(cur, nil, zk.FlagContainer, b.acl)
+		})
+		if errors.Is(err, zk.ErrUnknown) || errors.Is(err, zk.ErrAPIError) || errors.Is(err, zk.ErrBadArguments) {
+			_, err = call(b, ctx, func() (string, error) { return s.conn.Create(cur, nil, zk.FlagPersistent, b.acl) })
+		}
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return b.fail(ctx, "create parent "+cur, err)
+		}
+	}
+	return nil
+}
+
+// leave deletes our node after a failed or abandoned attempt, on a context
+// detached from ctx; if that fails it keeps trying in the background.
+func (b *backend) leave(ctx context.Context, s *session, p string) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout)
+	defer cancel()
+	if err := b.delete(dctx, s, p); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		b.deleteLater(s, p)
+	}
+}
+
+// delete deletes node p (any version). A delete whose outcome is unknown
+// (connection lost) is sent again, and then a missing node counts as
+// deleted.
+func (b *backend) delete(ctx context.Context, s *session, p string) error {
+	del := func() (struct{}, error) { return struct{}{}, s.conn.Delete(p, -1) }
+	_, err := call(b, ctx, del)
+	if err != nil && errors.Is(err, zk.ErrConnectionClosed) && ctx.Err() == nil {
+		if _, err = call(b, ctx, del); errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+	}
+	return err
+}
+
+// deleteLater deletes node p in the background, retrying until it is gone,
+// its session ends (it goes with it), or the backend closes.
+func (b *backend) deleteLater(s *session, p string) {
+	sid, _, _ := s.state()
+	b.background(func(ctx context.Context) bool {
+		if id, _, _ := s.state(); id != sid {
+			return true
+		}
+		err := b.delete(ctx, s, p)
+		return err == nil || errors.Is(err, zk.ErrNoNode)
+	})
+}
+
+// sweepLater deletes, in the background, every node under parent named
+// with prefix (a create whose outcome is unknown).
+func (b *backend) sweepLater(s *session, parent, prefix string) {
+	sid, _, _ := s.state()
+	tries := 0
+	b.background(func(ctx context.Context) bool {
+		if id, _, _ := s.state(); id != sid {
+			return true
+		}
+		children, err := call(b, ctx, func() ([]string, error) {
+			c, _, err := s.conn.Children(parent)
+			return c, err
+		})
+		if errors.Is(err, zk.ErrNoNode) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+		ok := true
+		for _, c := range children {
+			if strings.HasPrefix(c, prefix) {
+				if err := b.delete(ctx, s, parent+"/"+c); err != nil && !errors.Is(err, zk.ErrNoNode) {
+					ok = false
+				}
+			}
+		}
+		// A create still in flight may land later: look a few times.
+		tries++
+		return ok && tries >= 3
+	})
+}
+
+// background runs f until it reports done, with growing pauses, until the
+// backend closes.
+func (b *backend) background(f func(ctx context.Context) bool) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.ops.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.ops.Done()
+		pause := 50 * time.Millisecond
+		for b.ctx.Err() == nil {
+			ctx, cancel := context.WithTimeout(b.ctx, b.timeout)
+			done := f(ctx)
+			cancel()
+			if done || sleepCtx(b.ctx, pause) != nil {
+				return
+			}
+			pause = min(2*pause, 2*time.Second)
+		}
+	}()
+}
+
+// callLate is call with a handler for a result that arrives after the
+// caller gave up (ctx or the request timeout).
+func callLate[T any](b *backend, ctx context.Context, f func() (T, error), late func(T, error)) (T, error) {
+	var (
+		mu     sync.Mutex
+		gaveUp bool
+	)
+	ch := make(chan result[T], 1)
+	go func() {
+		v, err := f()
+		mu.Lock()
+		g := gaveUp
+		if !g {
+			ch <- result[T]{v, err}
+		}
+		mu.Unlock()
+		if g {
+			late(v, err)
+		}
+	}()
+	t := time.NewTimer(b.timeout)
+	defer t.Stop()
+	var why error
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		why = ctx.Err()
+	case <-t.C:
+		why = errTimeout
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	default:
+		gaveUp = true
+		var zero T
+		return zero, why
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,216 @@
+package zookeeper
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// session is one ZooKeeper session (one go-zookeeper connection) shared by
+// every lease of one TTL class of a backend: one heartbeat stream however
+// many leases it carries.
+type session struct {
+	b       *backend
+	timeout time.Duration // requested session timeout
+	conn    *zk.Conn
+	ready   chan struct{} // closed at the first established session
+
+	mu         sync.Mutex
+	id         int64         // current session ID (0 before the first, or after expiry)
+	passwd     []byte        // current session password
+	negotiated time.Duration // the session timeout the server granted
+	leases     map[*lease]struct{}
+	wake       chan struct{} // closed and replaced at every session event
+	readyOnce  sync.Once
+
+	authMu sync.Mutex
+	authed bool
+}
+
+// sessionFor returns the session of the TTL class of ttl, connecting it if
+// needed, once it has an established ZooKeeper session.
+func (b *backend) sessionFor(ctx context.Context, ttl time.Duration) (*session, error) {
+	timeout := ttl
+	if b.sessionTimeout > 0 && ttl <= b.sessionTimeout {
+		timeout = b.sessionTimeout
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, driver.ErrClosed
+	}
+	s := b.sessions[timeout]
+	if s == nil {
+		var err error
+		if s, err = b.connect(timeout); err != nil {
+			b.mu.Unlock()
+			return nil, err
+		}
+		b.sessions[timeout] = s
+	}
+	b.mu.Unlock()
+	select {
+	case <-s.ready:
+		return s, s.authenticate(ctx)
+	default:
+	}
+	t := time.NewTimer(b.timeout)
+	defer t.Stop()
+	select {
+	case <-s.ready:
+		return s, s.authenticate(ctx)
+	case <-ctx.Done():
+		return nil, b.fail(ctx, "connect", ctx.Err())
+	case <-t.C:
+		return nil, fmt.Errorf("%w: zookeeper: no session with any of %v within %v", driver.ErrUnavailable, b.servers, b.timeout)
+	}
+}
+
+// connect starts a go-zookeeper connection for a new session; b.mu is held.
+func (b *backend) connect(timeout time.Duration) (*session, error) {
+	s := &session{b: b, timeout: timeout, ready: make(chan struct{}), leases: map[*lease]struct{}{}, wake: make(chan struct{})}
+	dial := func(network, addr string, to time.Duration) (net.Conn, error) {
+		c, err := b.dial(network, addr, to)
+		if err != nil {
+			return nil, err
+		}
+		return &sniffConn{Conn: c, onConnect: s.onConnect}, nil
+	}
+	conn, _, err := zk.Connect(b.servers, timeout,
+		zk.WithDialer(dial), zk.WithLogger(b.logger), zk.WithLogInfo(false),
+		zk.WithEventCallback(s.onEvent), zk.WithMaxBufferSize(16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%w: zookeeper: %v", driver.ErrInvalid, err)
+	}
+	s.conn = conn
+	return s, nil
+}
+
+// authenticate adds the backend's credentials to the session once (go-zookeeper
+// re-sends them after every reconnection).
+func (s *session) authenticate(ctx context.Context) error {
+	s.authMu.Lock()
+	defer s.authMu.Unlock()
+	if s.authed {
+		return nil
+	}
+	for _, a := range s.b.auth {
+		if _, err := call(s.b, ctx, func() (struct{}, error) { return struct{}{}, s.conn.AddAuth(a.Scheme, []byte(a.Credential)) }); err != nil {
+			return s.b.fail(ctx, "add auth "+a.Scheme, err)
+		}
+	}
+	s.authed = true
+	return nil
+}
+
+// onConnect records the server's answer to a connect request (from the
+// sniffing dialer, before go-zookeeper announces the session).
+func (s *session) onConnect(r connectResp) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.id == 0 {
+		return // expired: go-zookeeper reports it and reconnects
+	}
+	s.id, s.passwd, s.negotiated = r.id, r.passwd, r.timeout
+}
+
+// onEvent handles go-zookeeper's session events. It runs on go-zookeeper's
+// goroutines and must not block.
+func (s *session) onEvent(ev zk.Event) {
+	if ev.Type != zk.EventSession {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch ev.State {
+	case zk.StateHasSession:
+		// Leases of an earlier session are gone with it.
+		for l := range s.leases {
+			if l.sid != s.id {
+				l.markLost()
+			}
+		}
+		s.readyOnce.Do(func() { close(s.ready) })
+	case zk.StateExpired:
+		for l := range s.leases {
+			l.markLost()
+		}
+		s.id = 0
+	case zk.StateDisconnected:
+		// A lease whose TTL is longer than the session timeout could
+		// outlive, by its local deadline, a session the server expires
+		// during this disconnection: end it now (see the package doc).
+		for l := range s.leases {
+			if l.overlong() {
+				l.markLost()
+			}
+		}
+	default:
+		return
+	}
+	close(s.wake)
+	s.wake = make(chan struct{})
+}
+
+// state returns the current session ID, its negotiated timeout and a
+// channel closed at the next session event.
+func (s *session) state() (id int64, negotiated time.Duration, wake <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.id, s.negotiated, s.wake
+}
+
+func (s *session) add(l *lease) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.sid != s.id {
+		return false
+	}
+	s.leases[l] = struct{}{}
+	return true
+}
+
+func (s *session) remove(l *lease) {
+	s.mu.Lock()
+	delete(s.leases, l)
+	s.mu.Unlock()
+}
+
+// kill closes the session on the server from a second connection with the
+// same session ID and password (Curator's KillSession): the server deletes
+// its ephemeral nodes at once; go-zookeeper then finds it expired and
+// starts a new one.
+func (s *session) kill(ctx context.Context) error {
+	s.mu.Lock()
+	id, passwd, timeout := s.id, s.passwd, s.negotiated
+	s.mu.Unlock()
+	if id == 0 {
+		return nil
+	}
+	var errs []error
+	for _, addr := range s.b.servers {
+		hctx, cancel := context.WithTimeout(ctx, s.b.timeout)
+		c, r, err := handshake(hctx, addr, timeout, id, passwd)
+		if err == nil {
+			if r.id != 0 {
+				err = closeSession(c)
+			}
+			c.Close()
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	}
+	return fmt.Errorf("%w: zookeeper: close session %#x: %v", driver.ErrUnavailable, id, errs)
+}
+
+// negotiatedLocked is the negotiated timeout; s.mu is held.
+func (s *session) negotiatedLocked() time.Duration { return s.negotiated }

@@ -1,0 +1,237 @@
+package zookeeper
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// DefaultRequestTimeout bounds each ZooKeeper request when
+// Config.RequestTimeout is 0.
+const DefaultRequestTimeout = 5 * time.Second
+
+// Auth is one set of credentials added to every session (zk.Conn.AddAuth).
+type Auth struct {
+	// Scheme is the ZooKeeper auth scheme, e.g. "digest".
+	Scheme string
+	// Credential is the scheme's credential, e.g. "user:password" for
+	// digest.
+	Credential string
+}
+
+// Config configures the ZooKeeper backend. The zero value gives the
+// defaults; only Servers is required.
+type Config struct {
+	// Servers are the ensemble's client addresses, host:port.
+	Servers []string
+	// Root is the path under which lock paths are made, e.g. "/locks".
+	// Default: "/" (lock paths are top-level nodes).
+	Root string
+	// SessionTimeout, if set, is the session timeout shared by every lease
+	// whose TTL is at most it (one session for all of them); a lease with
+	// a longer TTL gets a session of its own TTL. Default: 0, every TTL
+	// gets a session whose timeout is that TTL.
+	SessionTimeout time.Duration
+	// RequestTimeout bounds each request; past it the ensemble counts as
+	// unavailable. Default: DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// Digest, if set ("user:password"), authenticates every session with
+	// the digest scheme, and nodes are created with ACL (default: all
+	// permissions for that user only, zk.DigestACL).
+	Digest string
+	// Auth are more credentials added to every session.
+	Auth []Auth
+	// ACL is the ACL of created nodes. Default: zk.WorldACL(zk.PermAll), or
+	// the digest user's with Digest.
+	ACL []zk.ACL
+	// Dialer dials the servers. Default: net.DialTimeout.
+	Dialer func(network, addr string, timeout time.Duration) (net.Conn, error)
+	// Logger receives go-zookeeper's connection messages. Default: discard.
+	Logger *slog.Logger
+}
+
+// Capabilities of the zk:// backend. MinTTL is the server's
+// minSessionTimeout, read when the backend is made.
+var Capabilities = driver.Capabilities{
+	Backend:        "zookeeper",
+	Fence:          driver.FenceStrict,
+	FenceSource:    "czxid of the lock node (Zab zxid)",
+	TTLGranularity: time.Millisecond,
+	TimeAuthority:  driver.TimeServer,
+	Wait:           driver.WaitQueue,
+	FIFO:           true,
+	NodeLoss:       driver.NodeLossQuorum,
+}
+
+// New returns a Client whose locks are ZooKeeper nodes on cfg.Servers. It
+// connects once to read the servers' minimum session timeout (the
+// Capabilities' MinTTL) and fails with ErrUnavailable if no server
+// answers within the request timeout. opts may be nil.
+func New(ctx context.Context, cfg Config, opts *fencelock.Options) (*fencelock.Client, error) {
+	b, err := newBackend(ctx, cfg)
+	if err != nil {
+		return nil, &fencelock.Error{Op: "open", Backend: Capabilities.Backend, Err: err}
+	}
+	return fencelock.New(b, opts), nil
+}
+
+var (
+	_ driver.Backend = (*backend)(nil)
+	_ driver.Blocker = (*backend)(nil)
+	_ driver.Admin   = (*backend)(nil)
+	_ driver.Aser    = (*backend)(nil)
+)
+
+type backend struct {
+	servers        []string
+	root           string
+	sessionTimeout time.Duration
+	timeout        time.Duration
+	acl            []zk.ACL
+	auth           []Auth
+	dial           func(network, addr string, timeout time.Duration) (net.Conn, error)
+	logger         zk.Logger
+	caps           driver.Capabilities
+
+	ctx    context.Context // cancelled by Close: ends waits and background deletes
+	cancel context.CancelFunc
+	ops    sync.WaitGroup
+
+	mu       sync.Mutex
+	closed   bool
+	sessions map[time.Duration]*session
+}
+
+func newBackend(ctx context.Context, cfg Config) (*backend, error) {
+	if len(cfg.Servers) == 0 {
+		return nil, fmt.Errorf("%w: zookeeper: no servers: want Config.Servers or zk://host1:2181,host2:2181/root", driver.ErrInvalid)
+	}
+	b := &backend{
+		servers:        slices.Clone(cfg.Servers),
+		root:           "/" + trimSlashes(cfg.Root),
+		sessionTimeout: cfg.SessionTimeout,
+		timeout:        cfg.RequestTimeout,
+		acl:            cfg.ACL,
+		auth:           slices.Clone(cfg.Auth),
+		dial:           cfg.Dialer,
+		logger:         discard{},
+		caps:           Capabilities,
+		sessions:       map[time.Duration]*session{},
+	}
+	if b.timeout <= 0 {
+		b.timeout = DefaultRequestTimeout
+	}
+	if b.dial == nil {
+		b.dial = net.DialTimeout
+	}
+	if cfg.Logger != nil {
+		b.logger = slogger{cfg.Logger}
+	}
+	if cfg.Digest != "" {
+		b.auth = append([]Auth{{Scheme: "digest", Credential: cfg.Digest}}, b.auth...)
+		if b.acl == nil {
+			user, pass, _ := cutColon(cfg.Digest)
+			b.acl = zk.DigestACL(zk.PermAll, user, pass)
+		}
+	}
+	if b.acl == nil {
+		b.acl = zk.WorldACL(zk.PermAll)
+	}
+	pctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	min, err := probeMinTimeout(pctx, b.servers)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("zookeeper: read the minimum session timeout: %w (%v)", ctx.Err(), err)
+		}
+		return nil, fmt.Errorf("%w: zookeeper: no server of %v answered: %v", driver.ErrUnavailable, b.servers, err)
+	}
+	b.caps.MinTTL = min
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b, nil
+}
+
+func (b *backend) Capabilities() driver.Capabilities { return b.caps }
+
+// As supports *[]string (the servers) and *Config-free access to the
+// sessions' connections is by Lease.As.
+func (b *backend) As(target any) bool {
+	switch p := target.(type) {
+	case *[]string:
+		*p = slices.Clone(b.servers)
+	case **backend:
+		*p = b
+	default:
+		return false
+	}
+	return true
+}
+
+// Close ends waits, waits for background work, and closes every session
+// (the server then deletes their nodes at once).
+func (b *backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	sessions := make([]*session, 0, len(b.sessions))
+	for _, s := range b.sessions {
+		sessions = append(sessions, s)
+	}
+	b.mu.Unlock()
+	b.cancel()
+	b.ops.Wait()
+	for _, s := range sessions {
+		s.conn.Close()
+	}
+	return nil
+}
+
+// begin registers an operation that Close waits for.
+func (b *backend) begin() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return driver.ErrClosed
+	}
+	b.ops.Add(1)
+	return nil
+}
+
+func trimSlashes(s string) string {
+	for len(s) > 0 && s[0] == '/' {
+		s = s[1:]
+	}
+	for len(s) > 0 && s[len(s)-1] == '/' {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func cutColon(s string) (string, string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == ':' {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+type discard struct{}
+
+func (discard) Printf(string, ...any) {}
+
+type slogger struct{ l *slog.Logger }
+
+func (s slogger) Printf(f string, a ...any) { s.l.Debug("zookeeper: " + fmt.Sprintf(f, a...)) }
