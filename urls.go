@@ -146,6 +146,19 @@ func (m *URLMux) Open(ctx context.Context, rawURL string, opts *Options) (*Clien
 	return New(b, &o), nil
 }
 
+// RedactURL returns rawURL with any password replaced by "xxxxx", for
+// logs and messages; it never fails, even on a URL that does not parse.
+func RedactURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return redactRaw(rawURL)
+	}
+	if _, has := u.User.Password(); !has {
+		return rawURL
+	}
+	return u.Redacted()
+}
+
 // redactRaw hides the userinfo of a URL that did not parse.
 func redactRaw(raw string) string {
 	if i := strings.Index(raw, "://"); i >= 0 {

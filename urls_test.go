@@ -111,3 +111,16 @@ func TestNilContextIsInvalid(t *testing.T) {
 		t.Errorf("TryAcquire(nil ctx) = %v, want ErrInvalid", err)
 	}
 }
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"redis://:s3cret@127.0.0.1:6379/0":     "redis://:xxxxx@127.0.0.1:6379/0",
+		"postgres://u:s3cret@h/db?sslmode=off": "postgres://u:xxxxx@h/db?sslmode=off",
+		"mem://":                               "mem://",
+		"redis://u:s3cret@h:bad port/0":        "redis://xxxxx@h:bad port/0",
+	} {
+		if got := fencelock.RedactURL(in); got != want || strings.Contains(got, "s3cret") {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -22,8 +22,13 @@ func runLostUpdates(ctx context.Context, args []string) error {
 	stallList := fs.String("stall", "0.001,0.01,0.05", "comma-separated stall rates: share of sections that stall 1.5×TTL")
 	ttlFlag := fs.Duration("ttl", 50*time.Millisecond, "lease TTL (raised to the store's minimum)")
 	resource := fs.String("resource", "memory", "guarded counter: memory"+resourceHelp())
+	profile := fs.String("profile", "quick", "protocol: quick (this command's own: no work time, rejected writes not redone), study (the published study: TTL 200ms, 5ms work, 300ms stalls, rejected writes redone, 10,000 sections) or overlap (100ms work, 100–300ms stalls at 5%, 2,000 sections)")
+	runs := fs.Int("runs", 1, "runs per setting with --profile study|overlap (the study used 5); medians and ranges are printed")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *profile != "quick" {
+		return runLostUpdatesProfile(ctx, &sf, *profile, *runs, *workers, *sections, *resource, fs)
 	}
 	rates, err := parseRates(*stallList)
 	if err != nil {
