@@ -2,6 +2,8 @@ package conformance
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/fencelock/fencelock"
@@ -54,5 +56,43 @@ func (e *env) checkFence(t TB, prev, next fencelock.Fence, what string) {
 	}
 	if next.Int64() <= 0 {
 		t.Fatalf("%s: fence %d does not fit a positive int64", what, next)
+	}
+}
+
+// errList collects errors from worker goroutines without ever blocking
+// them (a worker must never wait on a full channel while holding a lock).
+type errList struct {
+	mu   sync.Mutex
+	n    int
+	errs []error // the first few
+}
+
+func (l *errList) add(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n++
+	if len(l.errs) < 8 {
+		l.errs = append(l.errs, err)
+	}
+}
+
+func (l *errList) addf(f string, a ...any) { l.add(fmt.Errorf(f, a...)) }
+
+func (l *errList) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
+}
+
+// report fails t with every error collected (the first few in full).
+func (l *errList) report(t TB, what string) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, err := range l.errs {
+		t.Errorf("%s: %v", what, err)
+	}
+	if l.n > len(l.errs) {
+		t.Errorf("%s: and %d more errors", what, l.n-len(l.errs))
 	}
 }

@@ -9,13 +9,13 @@ import (
 
 func init() {
 	register(
-		check{"TryAcquireFree", testTryAcquireFree},
-		check{"TryAcquireHeld", testTryAcquireHeld},
-		check{"ReleaseThenReacquire", testReleaseThenReacquire},
-		check{"DoubleRelease", testDoubleRelease},
-		check{"ExtendMovesDeadline", testExtend},
-		check{"IndependentNames", testIndependentNames},
-		check{"AwkwardNames", testAwkwardNames},
+		check{name: "TryAcquireFree", run: testTryAcquireFree},
+		check{name: "TryAcquireHeld", run: testTryAcquireHeld},
+		check{name: "ReleaseThenReacquire", run: testReleaseThenReacquire},
+		check{name: "DoubleRelease", run: testDoubleRelease},
+		check{name: "ExtendMovesDeadline", run: testExtend},
+		check{name: "IndependentNames", run: testIndependentNames},
+		check{name: "AwkwardNames", run: testAwkwardNames},
 	)
 }
 

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/fencelock/fencelock"
@@ -9,11 +10,11 @@ import (
 
 func init() {
 	register(
-		check{"FencesIncreaseAcrossClients", testFencesIncrease},
-		check{"ExpiredHolderYieldsToHigherFence", testExpiredHolder},
-		check{"AbandonedLeaseAcquirableAfterTTL", testAbandoned},
-		check{"AutoRenewHoldsPastTTL", testAutoRenew},
-		check{"MaxHoldEndsLease", testMaxHold},
+		check{name: "FencesIncreaseAcrossClients", run: testFencesIncrease},
+		check{name: "ExpiredHolderYieldsToHigherFence", run: testExpiredHolder},
+		check{name: "AbandonedLeaseAcquirableAfterTTL", run: testAbandoned},
+		check{name: "AutoRenewHoldsPastTTL", run: testAutoRenew},
+		check{name: "MaxHoldEndsLease", run: testMaxHold},
 	)
 }
 
@@ -22,6 +23,7 @@ func testFencesIncrease(t TB, e *env) {
 	name := e.name("x")
 	var prev fencelock.Fence
 	for i := range 12 {
+		e.waiting(fmt.Sprintf("grant %d of 12", i+1))
 		l, err := cs[i%len(cs)].Acquire(e.ctx, name, opts(longTTL, true))
 		mustNil(t, err, "Acquire")
 		if i > 0 {
@@ -42,7 +44,8 @@ func testExpiredHolder(t TB, e *env) {
 	l1, err := a.TryAcquire(e.ctx, name, opts(e.ttl, false))
 	mustNil(t, err, "TryAcquire")
 	vu := l1.ValidUntil()
-	l2, err := b.Acquire(e.ctx, name, &fencelock.AcquireOptions{TTL: longTTL, Wait: e.ttl + e.margin})
+	e.waiting("Acquire by another client after the first holder stopped renewing")
+	l2, err := b.Acquire(e.ctx, name, &fencelock.AcquireOptions{TTL: longTTL, Wait: e.effTTL() + e.margin})
 	granted := time.Now()
 	mustNil(t, err, "Acquire after the first holder stopped renewing")
 	defer l2.Release(e.ctx)
@@ -74,7 +77,8 @@ func testAbandoned(t TB, e *env) {
 	l1, err := a.TryAcquire(e.ctx, name, opts(e.ttl, false))
 	mustNil(t, err, "TryAcquire")
 	start := time.Now()
-	l2, err := b.Acquire(e.ctx, name, &fencelock.AcquireOptions{TTL: longTTL, Wait: e.ttl + e.margin})
+	e.waiting("Acquire of the abandoned lock")
+	l2, err := b.Acquire(e.ctx, name, &fencelock.AcquireOptions{TTL: longTTL, Wait: e.effTTL() + e.margin})
 	mustNil(t, err, "Acquire of an abandoned lock")
 	defer l2.Release(e.ctx)
 	if took := time.Since(start); took < e.ttl/2 {
@@ -91,7 +95,8 @@ func testAutoRenew(t TB, e *env) {
 	defer l.Release(e.ctx)
 	first := l.ValidUntil()
 	// Holding past 3×TTL is the behaviour under test: a duration, not a sync.
-	time.Sleep(3 * e.ttl)
+	e.waiting("3×TTL to pass while the lease renews")
+	e.sleep(3 * e.ttl)
 	if l.Err() != nil {
 		t.Fatalf("auto-renewed lease ended after 3×TTL: %v", l.Err())
 	}
@@ -107,6 +112,7 @@ func testMaxHold(t TB, e *env) {
 	maxHold := 2 * e.ttl
 	start := time.Now()
 	l, err := a.TryAcquire(e.ctx, e.name("x"), &fencelock.AcquireOptions{TTL: e.ttl, MaxHold: maxHold})
+	e.waiting("the lease to end at MaxHold")
 	mustNil(t, err, "TryAcquire with MaxHold")
 	if !waitDone(l, maxHold+e.margin) {
 		t.Fatalf("lease with MaxHold %v still held after %v", maxHold, time.Since(start))

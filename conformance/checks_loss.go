@@ -12,11 +12,11 @@ import (
 
 func init() {
 	register(
-		check{"StoreSideLossSignalled", testStoreLoss},
-		check{"SessionKillLosesLease", testSessionKill},
-		check{"CloseReleasesAndEndsWaiters", testClose},
-		check{"InvalidInput", testInvalidInput},
-		check{"NoGoroutineLeaks", testNoLeaks},
+		check{name: "StoreSideLossSignalled", run: testStoreLoss},
+		check{name: "SessionKillLosesLease", run: testSessionKill},
+		check{name: "CloseReleasesAndEndsWaiters", run: testClose},
+		check{name: "InvalidInput", run: testInvalidInput},
+		check{name: "NoGoroutineLeaks", run: testNoLeaks},
 	)
 }
 
@@ -33,12 +33,14 @@ func testStoreLoss(t TB, e *env) {
 	l, err := a.TryAcquire(e.ctx, name, opts(e.ttl, true))
 	mustNil(t, err, "TryAcquire")
 	mustNil(t, x.Expire(e.ctx, e.key(name)), "Expire")
+	e.waiting("Done after the store dropped the lease")
 	if !waitDone(l, e.ttl+e.margin) {
 		t.Fatalf("Done not closed %v after the store dropped the lease", e.ttl+e.margin)
 	}
 	mustIs(t, l.Err(), fencelock.ErrLeaseLost, "Err after store-side loss")
 	mustIs(t, context.Cause(l.Context()), fencelock.ErrLeaseLost, "Context cause after store-side loss")
-	l2, err := b.Acquire(e.ctx, name, &fencelock.AcquireOptions{TTL: longTTL, Wait: e.ttl + e.margin})
+	e.waiting("Acquire after store-side loss")
+	l2, err := b.Acquire(e.ctx, name, &fencelock.AcquireOptions{TTL: longTTL, Wait: e.effTTL() + e.margin})
 	mustNil(t, err, "Acquire after store-side loss")
 	defer l2.Release(e.ctx)
 	e.checkFence(t, l.Fence(), l2.Fence(), "grant after store-side loss")
@@ -46,6 +48,20 @@ func testStoreLoss(t TB, e *env) {
 	if l2.Err() != nil {
 		t.Fatalf("new holder's lease ended after the stale Release: %v", l2.Err())
 	}
+	if p, ok := e.h.(PromptLoss); !ok || !p.PromptLoss() {
+		return
+	}
+	// The store says it signals loss: with AutoRenew off and a long TTL,
+	// no renewal or deadline can end the lease; only the store's signal.
+	quiet := e.name("quiet")
+	lq, err := a.TryAcquire(e.ctx, quiet, opts(longTTL, false))
+	mustNil(t, err, "TryAcquire")
+	mustNil(t, x.Expire(e.ctx, e.key(quiet)), "Expire")
+	e.waiting("Done of a lease with AutoRenew off after the store dropped it (signalled loss)")
+	if !waitDone(lq, e.margin) {
+		t.Fatalf("the store dropped a lease with AutoRenew off and the harness says the store signals loss, but Done did not close within %v", e.margin)
+	}
+	mustIs(t, lq.Err(), fencelock.ErrLeaseLost, "Err after signalled store-side loss")
 }
 
 func testSessionKill(t TB, e *env) {
@@ -58,10 +74,12 @@ func testSessionKill(t TB, e *env) {
 	l, err := a.TryAcquire(e.ctx, name, opts(e.ttl, true))
 	mustNil(t, err, "TryAcquire")
 	mustNil(t, k.KillSession(e.ctx, a), "KillSession")
-	l2, err := b.Acquire(e.ctx, name, &fencelock.AcquireOptions{TTL: longTTL, Wait: 2*e.ttl + e.margin})
+	e.waiting("Acquire after the holder's session was killed")
+	l2, err := b.Acquire(e.ctx, name, &fencelock.AcquireOptions{TTL: longTTL, Wait: 2*e.effTTL() + e.margin})
 	mustNil(t, err, "Acquire after the holder's session was killed")
 	defer l2.Release(e.ctx)
 	e.checkFence(t, l.Fence(), l2.Fence(), "grant after session kill")
+	e.waiting("the killed session's lease to end")
 	if !waitDone(l, e.ttl+e.margin) {
 		t.Fatalf("lease not reported lost after its session was killed and another client took the lock")
 	}
@@ -83,6 +101,7 @@ func testClose(t TB, e *env) {
 		waitErr <- err
 	}()
 	time.Sleep(50 * time.Millisecond) // let it start waiting; either way Close must end it
+	e.waiting("Close of a client with a lease and a waiting Acquire")
 	mustNil(t, a.Close(), "Close")
 	if !waitDone(l, e.margin) {
 		t.Fatalf("lease held through a closed client did not end")
@@ -164,7 +183,13 @@ func testNoLeaks(t TB, e *env) {
 		}()
 		time.Sleep(e.ttl / 2)
 		mustNil(t, l.Release(e.ctx), "Release")
-		mustNil(t, <-got, "waiter")
+		e.waiting("the waiter's Acquire after Release")
+		select {
+		case err := <-got:
+			mustNil(t, err, "waiter")
+		case <-e.ctx.Done():
+			t.Fatalf("waiter still blocked at the check's end")
+		}
 		// A lease left held is released by Close.
 		_, err = a.TryAcquire(e.ctx, name+"-left", opts(e.ttl, true))
 		mustNil(t, err, "TryAcquire")
@@ -176,6 +201,7 @@ func testNoLeaks(t TB, e *env) {
 		ignore = append(ignore, f.IgnoreGoroutines()...)
 	}
 	deadline := time.Now().Add(5 * time.Second)
+	e.waiting("the clients' goroutines to end after Release and Close")
 	for {
 		err := goleak.Find(ignore...)
 		if err == nil {

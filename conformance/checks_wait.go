@@ -13,11 +13,11 @@ import (
 
 func init() {
 	register(
-		check{"AcquireWakesOnRelease", testAcquireWakesOnRelease},
-		check{"AcquireWaitBound", testAcquireWaitBound},
-		check{"CancelledWaitLeavesNothingHeld", testCancelledWait},
-		check{"CancelRacingRelease", testCancelRacingRelease},
-		check{"MutualExclusion", testMutualExclusion},
+		check{name: "AcquireWakesOnRelease", run: testAcquireWakesOnRelease},
+		check{name: "AcquireWaitBound", run: testAcquireWaitBound},
+		check{name: "CancelledWaitLeavesNothingHeld", run: testCancelledWait},
+		check{name: "CancelRacingRelease", run: testCancelRacingRelease},
+		check{name: "MutualExclusion", run: testMutualExclusion},
 	)
 }
 
@@ -48,6 +48,7 @@ func testAcquireWakesOnRelease(t TB, e *env) {
 	}
 	released := time.Now()
 	mustNil(t, l1.Release(e.ctx), "Release")
+	e.waiting("the blocked Acquire to return after Release")
 	select {
 	case r := <-got:
 		mustNil(t, r.err, "blocked Acquire after Release")
@@ -130,9 +131,11 @@ func testCancelRacingRelease(t TB, e *env) {
 		time.Sleep(time.Duration(i) * 5 * time.Millisecond) // spread the race over the wait
 		go func() { _ = l.Release(e.ctx) }()
 		cancel()
+		e.waiting(fmt.Sprintf("round %d: the cancelled waiter to return", i))
 		if err := <-got; err != nil && !errors.Is(err, context.Canceled) {
 			t.Fatalf("round %d: waiter cancelled during release: %v", i, err)
 		}
+		e.waiting(fmt.Sprintf("round %d: Acquire by a third client after the cancelled waiter", i))
 		l3, err := c.Acquire(e.ctx, name, &fencelock.AcquireOptions{TTL: longTTL, Wait: e.margin})
 		mustNil(t, err, fmt.Sprintf("round %d: Acquire after a cancelled waiter (something was left held)", i))
 		mustNil(t, l3.Release(e.ctx), "Release")
@@ -149,8 +152,9 @@ func testMutualExclusion(t TB, e *env) {
 	var inside, maxInside, total atomic.Int64
 	var wg sync.WaitGroup
 	var last atomic.Uint64
-	errs := make(chan error, clients*workers)
+	var errs errList
 	name := e.name("x")
+	e.waiting(fmt.Sprintf("%d×%d workers taking %q %d times each", clients, workers, name, iters))
 	for range clients {
 		c := e.client()
 		for range workers {
@@ -158,7 +162,7 @@ func testMutualExclusion(t TB, e *env) {
 				for range iters {
 					l, err := c.Acquire(e.ctx, name, opts(longTTL, true))
 					if err != nil {
-						errs <- err
+						errs.add(err)
 						return
 					}
 					n := inside.Add(1)
@@ -166,14 +170,14 @@ func testMutualExclusion(t TB, e *env) {
 					}
 					if f := uint64(l.Fence()); e.caps.Fence != fencelock.FenceNone {
 						if prev := last.Swap(f); f <= prev {
-							errs <- fmt.Errorf("fence %d granted after fence %d", f, prev)
+							errs.addf("fence %d granted after fence %d", f, prev)
 						}
 					}
 					total.Add(1)
 					time.Sleep(time.Millisecond)
 					inside.Add(-1)
 					if err := l.Release(e.ctx); err != nil {
-						errs <- err
+						errs.add(err)
 						return
 					}
 				}
@@ -181,10 +185,7 @@ func testMutualExclusion(t TB, e *env) {
 		}
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Errorf("worker: %v", err)
-	}
+	errs.report(t, "worker")
 	if m := maxInside.Load(); m != 1 {
 		t.Errorf("at most one holder expected inside, saw %d", m)
 	}

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -47,4 +48,23 @@ type SessionKiller interface {
 // the client's leaks. NoGoroutineLeaks ignores what these options match.
 type LeakFilter interface {
 	IgnoreGoroutines() []goleak.Option
+}
+
+// PromptLoss is an optional Harness hook for a store that tells a holder at
+// once when it drops the holder's lease (the backend's leases implement
+// driver.LossNotifier for drops by Expirer.Expire). With it,
+// StoreSideLossSignalled also demands that a lease with AutoRenew off and a
+// long TTL, which no renewal could find lost, ends within the margin.
+type PromptLoss interface {
+	PromptLoss() bool
+}
+
+// RenewalStaller is an optional Harness hook for a harness that can make
+// the store slow: StallExtends makes every store-side Extend (renewal) of
+// leases held through c take d longer, until undo is called (undo may be
+// called more than once). With it,
+// ExtendToShorterTTL also checks that Extend and Release honour their ctx
+// while a renewal is in flight.
+type RenewalStaller interface {
+	StallExtends(c *fencelock.Client, d time.Duration) (undo func())
 }

@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	register(check{"LostUpdates", testLostUpdates})
+	register(check{name: "LostUpdates", run: testLostUpdates, ttls: 60})
 }
 
 // Mode is how a lost-update worker protects its write.
@@ -198,6 +198,7 @@ func testLostUpdates(t TB, e *env) {
 	lockers := []fencelock.Locker{e.client(), e.client(), e.client(), e.client()}
 	cfg := LostUpdatesConfig{Name: e.name("counter"), Sections: 40, Workers: 4, StallRate: 0.1, TTL: e.ttl}
 	for _, m := range Modes {
+		e.waiting("the lost-update experiment, " + m.String())
 		var res guard.Counter
 		r, err := LostUpdates(e.ctx, lockers, &res, m, cfg)
 		mustNil(t, err, "lost updates, "+m.String())

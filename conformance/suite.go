@@ -16,15 +16,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // TB is the part of testing.TB the checks use; the CLI runner implements it
@@ -43,6 +41,7 @@ type TB interface {
 type check struct {
 	name string
 	run  func(t TB, e *env)
+	ttls int // deadline budget in TTLs (see "Per-check deadline"); 0: 20
 }
 
 // checks is the suite, in run order. Topic files append to it in init.
@@ -61,29 +60,75 @@ func Checks() []string {
 
 // env is one check's view of the store.
 type env struct {
-	ctx    context.Context
-	h      Harness
-	caps   fencelock.Capabilities
-	prefix string
-	ttl    time.Duration // short TTL suited to the backend
-	margin time.Duration // slack for timing assertions on a loaded machine
-	t      TB
+	ctx      context.Context // cancelled at the check's deadline
+	h        Harness
+	caps     fencelock.Capabilities
+	prefix   string
+	ttl      time.Duration // short TTL suited to the backend
+	storeTTL time.Duration // what the store grants for ttl (Lease.StoreTTL), at least ttl
+	margin   time.Duration // slack for timing assertions on a loaded machine
+	t        TB
+	w        *watch // nil outside the runners (benchmarks)
 }
 
 func newEnv(ctx context.Context, t TB, h Harness) *env {
 	e := &env{ctx: ctx, h: h, t: t, prefix: "fencelock-conformance-" + randHex(6) + "/"}
-	// Only the capabilities are needed: close this client at once, so that
-	// a client still connecting in the background (etcd's dials lazily)
-	// cannot start goroutines in the middle of a check's leak snapshot.
+	// Only the capabilities and the granted TTL are needed: close this
+	// client at once, so that a client still connecting in the background
+	// (etcd's dials lazily) cannot start goroutines in the middle of a
+	// check's leak snapshot.
 	c, err := h.MakeClient(ctx, &fencelock.Options{Prefix: e.prefix})
 	if err != nil {
 		t.Fatalf("MakeClient: %v", err)
 	}
 	e.caps = c.Capabilities()
-	_ = c.Close()
 	e.ttl = shortTTL(e.caps)
-	e.margin = max(time.Second, 2*e.ttl)
+	e.storeTTL = grantedTTL(ctx, c, e.ttl)
+	_ = c.Close()
+	e.margin = max(time.Second, 2*e.effTTL())
 	return e
+}
+
+// grantedTTL takes a throwaway lease with TTL ttl on c and returns the TTL
+// the store granted (Lease.StoreTTL), or ttl if it cannot tell.
+func grantedTTL(ctx context.Context, c *fencelock.Client, ttl time.Duration) time.Duration {
+	l, err := c.TryAcquire(ctx, "ttl-probe-"+randHex(4), opts(ttl, false))
+	if err != nil {
+		return ttl
+	}
+	defer l.Release(ctx)
+	return leaseStoreTTL(l, ttl)
+}
+
+// leaseStoreTTL is l.StoreTTL(), at least ttl.
+func leaseStoreTTL(l *fencelock.Lease, ttl time.Duration) time.Duration {
+	return max(l.StoreTTL(), ttl)
+}
+
+// effTTL is the effective TTL: how long the store may keep a lease taken
+// with e.ttl. Waits for the store to drop a lock are sized from it.
+func (e *env) effTTL() time.Duration { return max(e.ttl, e.storeTTL) }
+
+// waiting records what the check waits for next; a deadline report names it.
+func (e *env) waiting(what string) {
+	if e.w != nil {
+		e.w.set(what)
+	}
+}
+
+// sleep waits d, or until the check's ctx ends (then it reports false).
+func (e *env) sleep(d time.Duration) bool {
+	if d <= 0 {
+		return e.ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-e.ctx.Done():
+		return false
+	}
 }
 
 // shortTTL is the TTL the timing checks use: 400ms, or the backend's
@@ -138,157 +183,30 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// RunConformanceTests runs every check against the harness newHarness
-// makes, one t.Run per check with a fresh harness each. Call it from a
-// backend's test; see URLHarness to run it against a deployed store.
-func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
-	if runFreezeChildIfRequested() {
-		return
-	}
-	for _, c := range checks {
-		t.Run(c.name, func(t *testing.T) {
-			ctx := t.Context()
-			h, err := newHarness(ctx, t)
-			if err != nil {
-				t.Fatalf("harness: %v", err)
-			}
-			t.Cleanup(h.Close)
-			c.run(t, newEnv(ctx, t, h))
-		})
-	}
-}
-
-// Result is one check's outcome in Run.
-type Result struct {
-	Check   string
-	Outcome string // "pass", "fail", "skip"
-	Detail  string // failure or skip messages
-	Elapsed time.Duration
-}
-
-// Run runs the checks whose names contain filter ("" for all) against the
-// store newHarness makes, without package testing, writing a line per check
-// to out (if not nil). It returns the results; it never panics on a failing
-// check. The CLI's `conformance` command uses it.
-func Run(ctx context.Context, newHarness func(ctx context.Context) (Harness, error), filter string, out io.Writer) []Result {
-	if out == nil {
-		out = io.Discard
-	}
-	var res []Result
-	for _, c := range checks {
-		if filter != "" && !strings.Contains(c.name, filter) {
-			continue
-		}
-		r := &runT{name: c.name}
-		start := time.Now()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			defer r.runCleanups()
-			defer func() {
-				if p := recover(); p != nil {
-					r.fail(fmt.Sprintf("panic: %v", p))
-				}
-			}()
-			h, err := newHarness(ctx)
-			if err != nil {
-				r.Fatalf("harness: %v", err)
-			}
-			r.Cleanup(h.Close)
-			c.run(r, newEnv(ctx, r, h))
-		}()
-		<-done
-		rr := Result{Check: c.name, Outcome: r.outcome(), Detail: strings.Join(r.msgs, "; "), Elapsed: time.Since(start)}
-		res = append(res, rr)
-		fmt.Fprintf(out, "%-4s %-34s %7.2fs  %s\n", strings.ToUpper(rr.Outcome), rr.Check, rr.Elapsed.Seconds(), rr.Detail)
-	}
-	return res
-}
-
-// runT implements TB for Run.
-type runT struct {
-	name     string
-	mu       sync.Mutex
-	failed   bool
-	skipped  bool
-	msgs     []string
-	cleanups []func()
-}
-
-func (r *runT) Helper()      {}
-func (r *runT) Name() string { return r.name }
-func (r *runT) Logf(string, ...any) {
-}
-func (r *runT) fail(msg string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.failed = true
-	r.msgs = append(r.msgs, msg)
-}
-func (r *runT) Errorf(f string, a ...any) { r.fail(fmt.Sprintf(f, a...)) }
-func (r *runT) Fatalf(f string, a ...any) {
-	r.fail(fmt.Sprintf(f, a...))
-	runtime.Goexit()
-}
-func (r *runT) Skipf(f string, a ...any) {
-	r.mu.Lock()
-	r.skipped = true
-	r.msgs = append(r.msgs, fmt.Sprintf(f, a...))
-	r.mu.Unlock()
-	runtime.Goexit()
-}
-func (r *runT) Cleanup(f func()) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.cleanups = append(r.cleanups, f)
-}
-func (r *runT) Failed() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.failed
-}
-func (r *runT) runCleanups() {
-	for {
-		r.mu.Lock()
-		n := len(r.cleanups)
-		if n == 0 {
-			r.mu.Unlock()
-			return
-		}
-		f := r.cleanups[n-1]
-		r.cleanups = r.cleanups[:n-1]
-		r.mu.Unlock()
-		f()
-	}
-}
-func (r *runT) outcome() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case r.failed:
-		return "fail"
-	case r.skipped:
-		return "skip"
-	}
-	return "pass"
-}
-
 // URLHarness returns a HarnessMaker for a deployed store reached by url
 // (the backend package must be imported so its scheme is registered).
-// Every client opens its own connections.
+// Every client opens its own connections. When the backend implements
+// driver.Admin (reached with Client.As), the harness is also an Expirer and
+// a SessionKiller, through the store's own admin operations.
 func URLHarness(url string) HarnessMaker {
 	return func(ctx context.Context, _ testing.TB) (Harness, error) { return NewURLHarness(ctx, url) }
 }
 
-// NewURLHarness is URLHarness without package testing (for Run).
+// NewURLHarness is URLHarness without package testing (for Run). It opens
+// one client on url, kept for the admin hooks and closed by Close.
 func NewURLHarness(ctx context.Context, url string) (Harness, error) {
 	c, err := fencelock.Open(ctx, url) // fail early on a bad URL
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close()
 	// mem:// lives in this process: a child process cannot share it.
-	return urlHarness{url: url, shared: c.Capabilities().Backend != "mem"}, nil
+	h := urlHarness{url: url, shared: c.Capabilities().Backend != "mem"}
+	var adm driver.Admin
+	if !c.As(&adm) {
+		_ = c.Close()
+		return h, nil
+	}
+	return &adminHarness{urlHarness: h, admin: c, adm: adm}, nil
 }
 
 type urlHarness struct {
@@ -306,6 +224,30 @@ func (h urlHarness) URL() string {
 	return h.url
 }
 func (h urlHarness) Close() {}
+
+// adminHarness is a urlHarness whose backend has driver.Admin.
+type adminHarness struct {
+	urlHarness
+	admin *fencelock.Client // the client adm belongs to
+	adm   driver.Admin
+}
+
+var (
+	_ Expirer       = (*adminHarness)(nil)
+	_ SessionKiller = (*adminHarness)(nil)
+)
+
+func (h *adminHarness) Expire(ctx context.Context, key string) error { return h.adm.Expire(ctx, key) }
+
+func (h *adminHarness) KillSession(ctx context.Context, c *fencelock.Client) error {
+	var adm driver.Admin
+	if !c.As(&adm) {
+		return fmt.Errorf("%w: the client has no driver.Admin", fencelock.ErrInvalid)
+	}
+	return adm.KillSessions(ctx)
+}
+
+func (h *adminHarness) Close() { _ = h.admin.Close() }
 
 // exe is the running binary, re-executed by the process-freeze check.
 func exe() (string, error) { return os.Executable() }

@@ -1,0 +1,172 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
+
+func init() {
+	register(
+		check{name: "HighVolumeExclusion", run: testHighVolume},
+		check{name: "CancelledTryAcquireLeavesNothingHeld", run: testCancelledTry},
+	)
+}
+
+// High-volume exclusion targets: the check runs until it has seen this many
+// refused attempts and grants (or its time budget ends). A driver that
+// wrongly grants one refused attempt in 30 makes about 170 second grants
+// in 5000 refused attempts; each is seen as two holders inside unless it
+// lands in the few microseconds a holder spends between the store and the
+// "inside" flag, so the check catches it with near certainty.
+const (
+	volumeRefused = 5000
+	volumeGrants  = 500
+)
+
+// testHighVolume: several clients hammer one lock with TryAcquire (and
+// some block in Acquire); at most one holder is ever inside, and fences
+// increase with every grant.
+func testHighVolume(t TB, e *env) {
+	const clients, hammers, blockers = 4, 2, 1
+	name := e.name("x")
+	budget := min(20*time.Second, e.left()/2)
+	ctx, stop := context.WithTimeout(e.ctx, budget)
+	defer stop()
+	var inside atomic.Int32
+	var refused, grants, doubles, waitsElapsed atomic.Int64
+	var errs errList
+	var fenceMu sync.Mutex
+	var lastFence uint64
+	fencing := e.caps.Fence != fencelock.FenceNone
+	enough := func() bool { return refused.Load() >= volumeRefused && grants.Load() >= volumeGrants }
+	// section runs one critical section of l and releases it.
+	section := func(l *fencelock.Lease) {
+		grants.Add(1)
+		if !inside.CompareAndSwap(0, 1) {
+			doubles.Add(1)
+			errs.addf("fence %d granted while another holder was inside", l.Fence())
+		} else {
+			if fencing {
+				fenceMu.Lock()
+				if f := uint64(l.Fence()); f <= lastFence {
+					errs.addf("fence %d granted after fence %d", f, lastFence)
+				} else {
+					lastFence = f
+				}
+				fenceMu.Unlock()
+			}
+			time.Sleep(100 * time.Microsecond)
+			inside.Store(0)
+		}
+		if err := l.Release(context.WithoutCancel(ctx)); err != nil {
+			errs.addf("Release: %v", err)
+		}
+		if enough() {
+			stop()
+		}
+	}
+	e.waiting(fmt.Sprintf("%d clients hammering %q (until %d refused attempts and %d grants, or %v)", clients, name, volumeRefused, volumeGrants, budget))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range clients {
+		c := e.client()
+		for range hammers {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					l, err := c.TryAcquire(ctx, name, opts(longTTL, false))
+					switch {
+					case err == nil:
+						section(l)
+					case errors.Is(err, fencelock.ErrNotAcquired):
+						if refused.Add(1) >= volumeRefused && enough() {
+							stop()
+						}
+						// A short random pause: hammering, not starving
+						// the holder of CPU on a small machine.
+						time.Sleep(time.Duration(rand.Int64N(int64(200 * time.Microsecond))))
+					case ctx.Err() == nil:
+						errs.addf("TryAcquire: %v", err)
+						return
+					}
+				}
+			})
+		}
+		for range blockers {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					l, err := c.Acquire(ctx, name, &fencelock.AcquireOptions{TTL: longTTL, AutoRenew: fencelock.Bool(false), Wait: e.margin})
+					switch {
+					case err == nil:
+						section(l)
+					case errors.Is(err, fencelock.ErrNotAcquired):
+						waitsElapsed.Add(1)
+					case ctx.Err() == nil:
+						errs.addf("Acquire: %v", err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	errs.report(t, "high-volume exclusion")
+	if n := doubles.Load(); n > 0 {
+		t.Errorf("%d of %d grants came while another holder was inside (%d refused attempts): the store granted a held lock", n, grants.Load(), refused.Load())
+	}
+	took := time.Since(start).Round(time.Millisecond)
+	t.Logf("%d grants, %d refused attempts, %d Acquire waits elapsed, in %v", grants.Load(), refused.Load(), waitsElapsed.Load(), took)
+	if refused.Load() < 300 || grants.Load() < 30 {
+		t.Errorf("only %d refused attempts and %d grants in %v: too few to detect a rare second grant", refused.Load(), grants.Load(), took)
+	}
+}
+
+// testCancelledTryAcquire: a TryAcquire whose ctx ends while the request is
+// in flight either grants the lease or returns the ctx error and leaves
+// nothing held (the driver removes an ambiguous grant before it returns).
+// The ctx deadlines sweep 0 to 2× the measured median TryAcquire time, so
+// that many of them end while the request or its reply is on the way.
+func testCancelledTry(t TB, e *env) {
+	a, b := e.client(), e.client()
+	name := e.name("x")
+	e.waiting("TryAcquire latency measurement")
+	var lat []time.Duration
+	for range 7 {
+		t0 := time.Now()
+		l, err := a.TryAcquire(e.ctx, name, opts(longTTL, false))
+		lat = append(lat, time.Since(t0))
+		mustNil(t, err, "uncontended TryAcquire")
+		mustNil(t, l.Release(e.ctx), "Release")
+	}
+	med := Percentile(lat, 0.5)
+	const rounds = 40
+	cancelled := 0
+	for i := range rounds {
+		d := time.Duration(int64(2*med) * int64(i) / rounds)
+		e.waiting(fmt.Sprintf("round %d: TryAcquire with a %v ctx deadline", i, d))
+		ctx, cancel := context.WithTimeout(e.ctx, d)
+		l, err := a.TryAcquire(ctx, name, opts(longTTL, false))
+		cancel()
+		if err == nil {
+			mustNil(t, l.Release(e.ctx), "Release")
+			continue
+		}
+		cancelled++
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("round %d: TryAcquire with a %v ctx deadline: got %v, want an error matching context.DeadlineExceeded", i, d, err)
+		}
+		l2, err2 := b.TryAcquire(e.ctx, name, opts(longTTL, false))
+		if errors.Is(err2, fencelock.ErrNotAcquired) {
+			t.Fatalf("round %d: TryAcquire with a %v ctx deadline (median call %v) returned %v and left the lock held", i, d, med, err)
+		}
+		mustNil(t, err2, "TryAcquire after a cancelled TryAcquire")
+		mustNil(t, l2.Release(e.ctx), "Release")
+	}
+	t.Logf("median TryAcquire %v; %d of %d attempts ended by their ctx deadline left nothing held", med, cancelled, rounds)
+}
