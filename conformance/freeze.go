@@ -82,4 +82,3 @@ func freezeChild(s freezeSpec) {
 	// parent applies the write to the guarded resource with this fence.
 	say("WRITE", uint64(l.Fence()))
 }
-
