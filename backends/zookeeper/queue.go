@@ -206,8 +206,12 @@ func (b *backend) check(ctx context.Context, s *session, parent, prefix, p strin
 // its protected prefix instead of creating a second one; a create whose
 // outcome stays unknown is cleaned up in the background.
 func (b *backend) createNode(ctx context.Context, s *session, parent, prefix string) (string, error) {
+	// The create is not cut short by ctx: its outcome is waited for (up to
+	// the request timeout), so that a node created as ctx ends is known and
+	// deleted by the caller before it returns.
+	dctx := context.WithoutCancel(ctx)
 	for attempt := 0; ; attempt++ {
-		p, err := callLate(b, ctx, func() (string, error) {
+		p, err := callLate(b, dctx, func() (string, error) {
 			return s.conn.Create(parent+"/"+prefix, nil, zk.FlagEphemeralSequential, b.acl)
 		}, func(p string, err error) {
 			// The caller gave up: whatever got created must go.
@@ -246,8 +250,8 @@ func (b *backend) createNode(ctx context.Context, s *session, parent, prefix str
 		case errors.Is(err, zk.ErrSessionExpired) && ctx.Err() == nil && attempt < 5:
 			continue // our node went with the session; a new session follows
 		}
-		// ctx or the request timeout ended the call: callLate's late
-		// handler cleans up.
+		// The request timeout ended the call: callLate's late handler
+		// cleans up.
 		return "", b.fail(ctx, "create lock node", err)
 	}
 }

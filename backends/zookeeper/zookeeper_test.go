@@ -4,10 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"os"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backends/zookeeper"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testserver"
@@ -71,11 +79,12 @@ func (h *harness) KillSession(ctx context.Context, c *fencelock.Client) error {
 }
 
 func TestConformance(t *testing.T) {
-	z := testserver.StartZooKeeper(t)
-	conformance.RunConformanceTests(t, newHarness(z.URL()))
+	conformance.MaybeRunChild() // the process-freeze child needs no server of its own
+	conformance.RunConformanceTests(t, newHarness(sharedURL(t)))
 }
 
 func TestConformanceEnsemble(t *testing.T) {
+	conformance.MaybeRunChild()
 	if testing.Short() {
 		t.Skip("starts 3 ZooKeeper servers")
 	}
@@ -83,7 +92,118 @@ func TestConformanceEnsemble(t *testing.T) {
 	conformance.RunConformanceTests(t, newHarness(z.URL()))
 }
 
-// name returns a lock name unique to the test.
-func name(t testing.TB) string {
-	return strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()) + fmt.Sprint("-", len(t.Name()))
+// The shared standalone server (or ZK_URL), started on first use and
+// stopped by TestMain.
+var (
+	srvMu  sync.Mutex
+	shared *testserver.ZooKeeper
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	srvMu.Lock()
+	if shared != nil {
+		shared.Cleanup()
+	}
+	srvMu.Unlock()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak after all tests:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
+
+func sharedErr() (*testserver.ZooKeeper, error) {
+	srvMu.Lock()
+	defer srvMu.Unlock()
+	if shared != nil {
+		return shared, nil
+	}
+	if u := os.Getenv(testserver.ZooKeeperURLEnv); u != "" {
+		shared = &testserver.ZooKeeper{}
+		return shared, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	z, err := testserver.NewZooKeeper(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	shared = z
+	return z, nil
+}
+
+// sharedURL returns the zk:// URL of the shared server.
+func sharedURL(tb testing.TB) string {
+	tb.Helper()
+	z, err := sharedErr()
+	if err != nil {
+		testserver.Unavailable(tb, "ZooKeeper", err)
+	}
+	if u := os.Getenv(testserver.ZooKeeperURLEnv); u != "" {
+		return u
+	}
+	return z.URL()
+}
+
+// exampleServers serves the examples (which cannot take a testing.TB).
+func exampleServers() []string {
+	if u := os.Getenv(testserver.ZooKeeperURLEnv); u != "" {
+		pu, err := url.Parse(u)
+		if err != nil {
+			panic(err)
+		}
+		return strings.Split(pu.Host, ",")
+	}
+	z, err := sharedErr()
+	if err != nil {
+		panic(err)
+	}
+	return z.Servers()
+}
+
+// servers returns the host:port list of a zk:// URL.
+func servers(tb testing.TB, rawURL string) []string {
+	tb.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return strings.Split(u.Host, ",")
+}
+
+// rawConn is a plain go-zookeeper connection (another process's client),
+// closed at cleanup.
+func rawConn(tb testing.TB, rawURL string) *zk.Conn {
+	tb.Helper()
+	c, _, err := zk.Connect(servers(tb, rawURL), 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(quiet{}))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	return c
+}
+
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}
+
+// open opens a Client by URL, closed at cleanup.
+func open(tb testing.TB, rawURL string, opts *fencelock.Options) *fencelock.Client {
+	tb.Helper()
+	c, err := fencelock.DefaultURLMux().Open(context.Background(), rawURL, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// name returns a lock name unique to the test run.
+func name(t testing.TB) string {
+	return strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()) + "-" + fmt.Sprint(time.Now().UnixNano())
+}
+
+func init() { zookeeper.ExampleServers = exampleServers }

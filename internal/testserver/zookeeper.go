@@ -23,7 +23,8 @@ import (
 // The servers are Debian's zookeeper package (3.8, java QuorumPeerMain) on
 // free 127.0.0.1 ports, with fsync on (ZooKeeper's default), the admin
 // server off, the srvr and ruok four-letter words on, no per-IP connection
-// limit, tickTime 200ms, minSessionTimeout 1s and maxSessionTimeout 60s.
+// limit, tickTime 200ms, minSessionTimeout 1s, maxSessionTimeout 60s and
+// empty containers deleted every 500ms.
 type ZooKeeper struct {
 	// Nodes are the servers, in myid order (one for a standalone server).
 	Nodes []*ZKNode
@@ -61,6 +62,9 @@ const (
 	ZKTickTime          = 200 * time.Millisecond
 	ZKMinSessionTimeout = time.Second
 	ZKMaxSessionTimeout = 60 * time.Second
+	// ZKContainerCheck is how often the servers delete empty container
+	// nodes (ZooKeeper's default is 60s).
+	ZKContainerCheck = 500 * time.Millisecond
 )
 
 // URL returns a zk:// URL for the service: every node's client address and
@@ -276,6 +280,7 @@ func startZK(ctx context.Context, java, dir string, n int) (*ZooKeeper, error) {
 			Args: []string{
 				"-Xmx64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 				"-Dzookeeper.admin.enableServer=false",
+				"-Dznode.container.checkIntervalMs=" + strconv.Itoa(int(ZKContainerCheck.Milliseconds())),
 				"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
 				"-cp", ZooKeeperJar + ":/usr/share/java/slf4j-simple.jar",
 				"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfgPath,

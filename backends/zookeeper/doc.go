@@ -1,0 +1,132 @@
+// Package zookeeper is the zk:// backend: ZooKeeper's standard lock recipe
+// (ephemeral sequential nodes, the lowest holds, each waiter watches the
+// one just ahead of it), in the node form Curator writes, with the node's
+// czxid as the fence.
+//
+//	import (
+//		"github.com/go-zookeeper/zk"
+//		"github.com/fencelock/fencelock/backends/zookeeper"
+//	)
+//
+//	locks, err := zookeeper.New(ctx, zookeeper.Config{Servers: []string{"127.0.0.1:2181"}, Root: "/locks"}, nil)
+//	// or: fencelock.Open(ctx, "zk://127.0.0.1:2181/locks")
+//
+// # Node layout and interoperability
+//
+// The lock whose store key is K (the lock name with Options.Prefix in
+// front) is the node
+//
+//	P = Root + "/" + escape(K)
+//
+// (LockPath computes it) and every contender is a child of P. escape
+// percent-encodes "%" and "/" (so "a" and "a/b" are sibling locks, not a
+// lock and a child of it), the characters ZooKeeper refuses in a path and
+// a leading "."; other names map to themselves, so the name "job" under
+// zk://host/locks is /locks/job. P and the missing parts of Root are
+// created as CONTAINER nodes, which ZooKeeper deletes once they are empty.
+//
+// Our contender node is EPHEMERAL_SEQUENTIAL and named in Curator's
+// protected form
+//
+//	P/_c_<owner token as a 36-character UUID>-lock-<10-digit sequence>
+//
+// The contender with the lowest sequence number holds the lock. Every
+// child whose name ends in "lock-", "__lock__" or "__rlock__" followed by
+// the 10-digit sequence counts as a contender: Curator's InterProcessMutex
+// (`_c_<uuid>-lock-<seq>`), go-zookeeper's zk.Lock (`_c_<hex32>-lock-<seq>`)
+// and kazoo's Lock (`<hex32>__lock__<seq>`) or ReadLock. So a Curator
+// InterProcessMutex or a go-zookeeper zk.NewLock on P and this backend
+// exclude each other both ways. kazoo's Lock sees only its own "__lock__"
+// nodes unless it is made with extra_lock_patterns=["-lock-"]: without
+// that we respect kazoo, but kazoo does not respect us. Other children of
+// P are ignored.
+//
+// A create that fails with a lost connection may still have created our
+// node: the backend then finds it by its protected prefix (our owner
+// token), as Curator does, instead of creating a second one; a create
+// abandoned with its outcome unknown (ctx ended, request timeout) is
+// cleaned up in the background (any node with our prefix is deleted).
+//
+// # Fences
+//
+// The fence is our node's czxid: the ZooKeeper transaction ID (Zab zxid)
+// of its creation, global to the ensemble. A later holder's node is created
+// later, so its fence is greater, across releases, session expiry, client
+// crashes, server restarts and leader elections (FenceStrict). The
+// per-parent sequence number is not used as a fence: it restarts when the
+// container parent is deleted and created again.
+//
+// # Sessions and TTLs
+//
+// A lease lives as long as its ephemeral node, which lives as long as the
+// ZooKeeper session that created it. The leases of one Client share one
+// session per TTL class: a lease with TTL t uses a session whose requested
+// timeout is t (or Config.SessionTimeout, the session_timeout URL
+// parameter, for every t up to it), so 10,000 leases with one TTL are one
+// session and one heartbeat stream. The server grants a session timeout
+// between its minSessionTimeout and maxSessionTimeout (2 and 20 tickTimes
+// by default); the backend reads the granted one from the connect response.
+// MinTTL is the server's minSessionTimeout, read when the backend is made.
+//
+// The session keeps our node while the client process runs, so the TTL is
+// also enforced by the client: a lease not renewed for its TTL has its
+// node deleted by the backend (the lock then frees as a store-side TTL
+// would free it). When the process dies or freezes, or is partitioned from
+// the ensemble, the server expires the session one session timeout after
+// it last heard from it and deletes the node. Lease.StoreTTL (GrantedTTL)
+// is the longer of the two: how long others may wait for an abandoned
+// lock.
+//
+// Renewal (Extend and auto-renew) is one read of our node: it proves that
+// the session was alive when the read was sent (so the server keeps it at
+// least a session timeout past that) and that the node still exists, owned
+// by our session, with our czxid. ErrLeaseLost otherwise.
+//
+// # Disconnects and session expiry (Curator's SUSPENDED and LOST)
+//
+// Curator tells lock holders SUSPENDED when the connection drops and LOST
+// when the session expires, and leaves it to the application to stop
+// work at SUSPENDED. Here:
+//
+//   - Session expiry (LOST) ends every lease of that session at once
+//     (Lease.Done, through driver.LossNotifier), as does a new session
+//     replacing it.
+//   - A disconnect (SUSPENDED) does not end a lease by itself: go-zookeeper
+//     reconnects, to another server if need be, and a session that comes
+//     back within its timeout keeps its nodes. Meanwhile renewals fail, so
+//     a lease whose connection does not come back ends at its local
+//     validity deadline (TTL after its last successful renewal was sent,
+//     minus the drift margin). That is before the server can expire the
+//     session and grant the lock to someone else, because the session
+//     timeout is at least the TTL: the same rule as every other backend.
+//   - A lease whose TTL is longer than its session's granted timeout (an
+//     Extend to a longer TTL, or a TTL above the server's
+//     maxSessionTimeout) could outlive its session by its local deadline,
+//     so it ends at the first disconnect of its session.
+//
+// # Waiting
+//
+// Acquire is a driver.Blocker: our node stays queued while we wait (FIFO),
+// we watch only the node just ahead of ours (no herd), and re-read the
+// queue after every event, with a poll every 2s as a fallback. A cancelled
+// wait deletes our node, also when the cancel races the grant.
+//
+// # Admin
+//
+// driver.Admin (reached by Client.As): Expire deletes the holder's node;
+// KillSessions closes each of the backend's sessions on the server from a
+// second connection that presents the session's ID and password
+// (Curator's KillSession), which deletes their nodes at once.
+//
+// # Errors
+//
+// go-zookeeper takes no context: each request is bounded by ctx and
+// Config.RequestTimeout (default 5s). No answer in time, a lost
+// connection or no server yields errors wrapping fencelock.ErrUnavailable;
+// when the caller's ctx ends first the error matches the ctx error.
+//
+// # As
+//
+// Lease.As supports **zk.Conn (the session's connection) and *string (the
+// path of our node). Client.As supports *[]string (the servers).
+package zookeeper
