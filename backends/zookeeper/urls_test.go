@@ -116,10 +116,10 @@ func TestSeqOf(t *testing.T) {
 	}{
 		{"_c_0f8fad5b-d9cb-469f-a165-70867728950e-lock-0000000042", 42, true}, // Curator, us
 		{"_c_0f8fad5bd9cb469fa16570867728950e-lock-0000000007", 7, true},      // go-zookeeper
-		{"lock-0000000003", 3, true},                                         // zk.Lock without protection
-		{"0f8fad5bd9cb469fa16570867728950e__lock__0000000005", 5, true},      // kazoo Lock
-		{"0f8fad5bd9cb469fa16570867728950e__rlock__0000000006", 6, true},     // kazoo ReadLock
-		{"_c_x-lock--000000001", -1, true},                                   // after overflow
+		{"lock-0000000003", 3, true},                                          // zk.Lock without protection
+		{"0f8fad5bd9cb469fa16570867728950e__lock__0000000005", 5, true},       // kazoo Lock
+		{"0f8fad5bd9cb469fa16570867728950e__rlock__0000000006", 6, true},      // kazoo ReadLock
+		{"_c_x-lock--000000001", -1, true},                                    // after overflow
 		{"leases", 0, false},
 		{"member-0000000001", 0, false},
 		{"_c_x-lock-00000001", 0, false},
