@@ -84,6 +84,16 @@ func (l *Lease) start() {
 		l.renewTimer = time.AfterFunc(time.Until(l.sent.Add(l.ttl/3)), l.renew)
 	}
 	l.mu.Unlock()
+	if h, ok := l.dl.(driver.LossHook); ok {
+		stop := h.OnLost(func() {
+			l.markStoreGone()
+			l.end(l.lostErr("the store dropped the lease"))
+		})
+		// Unregister when the lease ends first, so that nothing is kept
+		// per ended lease.
+		context.AfterFunc(l.ctx, func() { stop() })
+		return
+	}
 	if ln, ok := l.dl.(driver.LossNotifier); ok {
 		lost := ln.Lost()
 		go func() {

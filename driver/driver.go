@@ -113,6 +113,19 @@ type LossNotifier interface {
 	Lost() <-chan struct{}
 }
 
+// LossHook is an optional, cheaper form of LossNotifier for a Lease that
+// also implements LossNotifier: the portable layer registers a callback
+// instead of parking a goroutine per lease on the Lost channel, so that a
+// Client holding many leases runs O(1) goroutines. A lease whose Lost
+// channel is a context's Done channel implements it with
+// context.AfterFunc.
+type LossHook interface {
+	// OnLost arranges for f to be called once, in its own goroutine, when
+	// the Lost channel closes. stop unregisters f and reports whether it
+	// stopped f from being called, like context.AfterFunc's stop.
+	OnLost(f func()) (stop func() bool)
+}
+
 // Aser is implemented by a Backend that exposes its native client to the
 // portable Client.As escape hatch, and by a Lease that exposes its native
 // handle (a transaction, a session) to Lease.As.

@@ -74,6 +74,9 @@ type backend struct {
 var (
 	_ driver.Waiter = (*backend)(nil)
 	_ driver.Aser   = (*backend)(nil)
+
+	_ driver.LossNotifier = (*lease)(nil)
+	_ driver.LossHook     = (*lease)(nil)
 )
 
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
@@ -110,7 +113,7 @@ type lease struct {
 	s           *Store
 	name, token string
 	fence       uint64
-	lost        <-chan struct{}
+	lost        context.Context // cancelled when the store drops the lock
 }
 
 func (l *lease) Fence() uint64 { return l.fence }
@@ -129,4 +132,7 @@ func (l *lease) Release(ctx context.Context) error {
 	return l.s.Release(l.name, l.token)
 }
 
-func (l *lease) Lost() <-chan struct{} { return l.lost }
+func (l *lease) Lost() <-chan struct{} { return l.lost.Done() }
+
+// OnLost implements driver.LossHook without a goroutine per lease.
+func (l *lease) OnLost(f func()) (stop func() bool) { return context.AfterFunc(l.lost, f) }

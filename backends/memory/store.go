@@ -26,7 +26,11 @@ type entry struct {
 	fence   uint64
 	expires time.Time
 	timer   *time.Timer
-	lost    chan struct{} // closed when the store drops the lock (not on release)
+	// lost is cancelled when the store drops the lock (not on release); a
+	// context so that the holder can watch it with context.AfterFunc,
+	// without a goroutine per lease.
+	lost context.Context
+	lose context.CancelFunc
 }
 
 // NewStore returns an empty Store.
@@ -37,7 +41,11 @@ func NewStore() *Store {
 // TryAcquire takes name for token if it is free. It returns the new fence
 // and a channel closed if the store later drops the lock (expiry, Expire).
 func (s *Store) TryAcquire(name, token string, ttl time.Duration) (uint64, <-chan struct{}, error) {
-	return s.tryAcquire(0, name, token, ttl)
+	f, lost, err := s.tryAcquire(0, name, token, ttl)
+	if err != nil {
+		return 0, nil, err
+	}
+	return f, lost.Done(), nil
 }
 
 // Session identifies one mem:// client's locks in its Store (see
@@ -54,21 +62,22 @@ func (s *Store) KillSession(session Session) int {
 	for name, e := range s.locks {
 		if e.session == session && session != 0 {
 			s.drop(name, e)
-			close(e.lost)
+			e.lose()
 			n++
 		}
 	}
 	return n
 }
 
-func (s *Store) tryAcquire(session Session, name, token string, ttl time.Duration) (uint64, <-chan struct{}, error) {
+func (s *Store) tryAcquire(session Session, name, token string, ttl time.Duration) (uint64, context.Context, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.locks[name]; e != nil {
 		return 0, nil, driver.ErrNotAcquired
 	}
 	s.fences[name]++
-	e := &entry{session: session, token: token, fence: s.fences[name], expires: time.Now().Add(ttl), lost: make(chan struct{})}
+	e := &entry{session: session, token: token, fence: s.fences[name], expires: time.Now().Add(ttl)}
+	e.lost, e.lose = context.WithCancel(context.Background())
 	e.timer = time.AfterFunc(ttl, func() { s.expireIfDue(name, e) })
 	s.locks[name] = e
 	return e.fence, e.lost, nil
@@ -110,7 +119,7 @@ func (s *Store) Expire(name string) bool {
 		return false
 	}
 	s.drop(name, e)
-	close(e.lost)
+	e.lose()
 	return true
 }
 
@@ -157,7 +166,7 @@ func (s *Store) expireIfDue(name string, e *entry) {
 		return
 	}
 	s.drop(name, e)
-	close(e.lost)
+	e.lose()
 }
 
 // drop removes e and wakes waiters. Callers hold s.mu.

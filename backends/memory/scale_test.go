@@ -1,0 +1,44 @@
+package memory_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/backends/memory"
+	"github.com/fencelock/fencelock/conformance"
+)
+
+// Many leases on one Client cost O(1) goroutines (loss is watched with a
+// callback, renewals run on timers), and auto-renew keeps every one held
+// for three TTLs. The full 10,000 run is BenchmarkHold10000.
+func TestHoldManyLeases(t *testing.T) {
+	c := memory.New(nil, nil)
+	defer c.Close()
+	const n, ttl = 1000, time.Second
+	r, err := conformance.HoldMany(context.Background(), c, "many", n, ttl, 3*ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(r)
+	if r.Lost != 0 {
+		t.Errorf("%d of %d auto-renewed leases lost within 3×TTL", r.Lost, n)
+	}
+	if r.Goroutines > 50 {
+		t.Errorf("holding %d leases added %d goroutines: want O(1) per Client, not per lease", n, r.Goroutines)
+	}
+}
+
+func BenchmarkHold10000(b *testing.B) {
+	c := memory.New(nil, nil)
+	defer c.Close()
+	for b.Loop() {
+		r, err := conformance.HoldMany(context.Background(), c, "many", 10000, time.Second, 3*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(r.Goroutines), "goroutines")
+		b.ReportMetric(float64(r.HeapPerLease), "B/lease")
+		b.ReportMetric(float64(r.Lost), "lost")
+	}
+}

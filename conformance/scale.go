@@ -1,0 +1,119 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
+
+// HoldManyResult is what holding many leases on one Client cost.
+type HoldManyResult struct {
+	Leases         int           // leases held
+	Lost           int           // leases that ended before Release
+	Goroutines     int           // goroutines added while they were held (settled samples)
+	HeapPerLease   int64         // bytes of live heap per held lease
+	AcquireElapsed time.Duration // time to acquire all of them
+	Held           time.Duration // how long they were held with auto-renew on
+}
+
+func (r HoldManyResult) String() string {
+	return fmt.Sprintf("%d leases: %d lost, +%d goroutines, %d B heap per lease, acquired in %v, held %v",
+		r.Leases, r.Lost, r.Goroutines, r.HeapPerLease, r.AcquireElapsed.Round(time.Millisecond), r.Held.Round(time.Millisecond))
+}
+
+// HoldMany acquires n leases on distinct names (name-0 … name-(n−1)) through
+// c with auto-renew on and the given TTL, holds them for hold (three TTLs
+// is the usual test: several renewals each), samples the goroutines and
+// heap they cost, releases them all, and reports. A Client that runs a
+// goroutine per lease shows it in Goroutines; one that renews too late
+// shows it in Lost.
+func HoldMany(ctx context.Context, c *fencelock.Client, name string, n int, ttl, hold time.Duration) (HoldManyResult, error) {
+	r := HoldManyResult{Leases: n}
+	if n <= 0 || ttl <= 0 || hold < 0 {
+		return r, fmt.Errorf("%w: HoldMany needs n > 0, ttl > 0, hold ≥ 0", fencelock.ErrInvalid)
+	}
+	baseG, baseHeap := settledRuntime()
+	ls := make([]*fencelock.Lease, n)
+	defer func() {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 32)
+		for _, l := range ls {
+			if l == nil {
+				continue
+			}
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				_ = l.Release(context.WithoutCancel(ctx))
+			})
+		}
+		wg.Wait()
+	}()
+	o := &fencelock.AcquireOptions{TTL: ttl}
+	start := time.Now()
+	// A few acquires in flight at once: what a busy service does.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			l, err := c.TryAcquire(ctx, name+"-"+strconv.Itoa(i), o)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = fmt.Errorf("lease %d of %d: %w", i, n, err)
+				}
+				return
+			}
+			ls[i] = l
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return r, firstErr
+	}
+	r.AcquireElapsed = time.Since(start)
+	heldFrom := time.Now()
+	g, heap := settledRuntime()
+	r.Goroutines = g - baseG
+	r.HeapPerLease = max(0, int64(heap)-int64(baseHeap)) / int64(n)
+	t := time.NewTimer(hold)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return r, ctx.Err()
+	}
+	// Renewals in flight run briefly on goroutines of their own: take the
+	// least of a few samples, which a goroutine per lease would not lower.
+	least := runtime.NumGoroutine()
+	for range 5 {
+		time.Sleep(5 * time.Millisecond)
+		least = min(least, runtime.NumGoroutine())
+	}
+	r.Goroutines = max(r.Goroutines, least-baseG)
+	r.Held = time.Since(heldFrom)
+	for _, l := range ls {
+		if l.Err() != nil {
+			r.Lost++
+		}
+	}
+	return r, nil
+}
+
+// settledRuntime returns the goroutine count and live heap after a GC.
+func settledRuntime() (goroutines int, heap uint64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return runtime.NumGoroutine(), ms.HeapAlloc
+}
