@@ -92,8 +92,9 @@
 // # Waiting
 //
 // A blocked Acquire (Capabilities.Wait is WaitPoll) reads the item every
-// Config.PollInterval (jittered ±25%; by default the held item's lease
-// duration / 20, between 10ms and 200ms) with a consistent GetItem, and
+// Config.PollInterval at most (each wait is uniform between half the
+// interval and the interval; by default the interval is the held item's
+// lease duration / 20, between 10ms and 200ms) with a consistent GetItem, and
 // writes once the item is released, gone, or its watched version expired.
 // A released lock is thus taken within one poll interval plus the round
 // trips of a read and a write, never a lease later. Polls are reads, which

@@ -36,8 +36,10 @@ type Config struct {
 	// PollInterval is how often a blocked Acquire reads a held lock's item.
 	// A released lock is taken at the next poll, an expired one (its
 	// version unchanged for its lease duration) at the first poll after.
-	// Each poll is jittered by ±25%. Default: the held item's lease
-	// duration / 20, between 10ms and 200ms.
+	// It is the longest wait between two reads: each wait is uniform
+	// between half the interval and the interval (jitter), so a released
+	// lock is taken within PollInterval plus a read and a write. Default:
+	// the held item's lease duration / 20, between 10ms and 200ms.
 	PollInterval time.Duration
 	// MixedFleet declares that clients other than fencelock (the AWS Lock
 	// Client with its defaults) use the table: they replace or delete items,
@@ -170,11 +172,12 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 }
 
-// pollDelay is the wait before the next read of a held lock: the jittered
-// poll interval, but no later than when the watched version expires.
+// pollDelay is the wait before the next read of a held lock: uniform in
+// [interval/2, interval], but no later than when the watched version
+// expires.
 func (b *backend) pollDelay(st state) time.Duration {
 	d := b.pollInterval(st.obs.lease)
-	d = d*3/4 + rand.N(d/2+1)
+	d = d/2 + rand.N(d/2+1)
 	if until := time.Until(st.obs.seen.Add(st.obs.lease)); until < d {
 		d = max(until, 0)
 	}

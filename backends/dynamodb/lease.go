@@ -45,8 +45,8 @@ func (l *lease) Fence() uint64 { return l.fence }
 // GrantedTTL is how long another client may have to wait for this lock
 // once it is abandoned: a waiter takes it after watching its version
 // unchanged for the lease duration from its own first read, plus up to one
-// jittered poll interval and the round trips of its read and write
-// (counted here as a second poll interval).
+// poll interval and the round trips of its read and write (counted here
+// as a second poll interval).
 func (l *lease) GrantedTTL() time.Duration {
 	l.mu.Lock()
 	ttl := l.ttl

@@ -1,0 +1,93 @@
+package dynamodb_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/internal/testserver"
+)
+
+// The benchmarks run against dynalite (or DYNAMODB_URL):
+//
+//	go test -run XXX -bench . -benchtime 200x ./backends/dynamodb/
+
+var noRenew = &fencelock.AcquireOptions{TTL: 30 * time.Second, AutoRenew: fencelock.Bool(false)}
+
+// BenchmarkAcquireRelease: uncontended TryAcquire+Release (one conditional
+// UpdateItem each), next to one raw GetItem round trip on the same client.
+func BenchmarkAcquireRelease(b *testing.B) {
+	d := testserver.StartDynalite(b)
+	ctx := b.Context()
+	c := open(b, d.URL(), nil)
+	dc := native(b, c)
+	table := tableOf(b, d.URL())
+	var cycle, rtt []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		l, err := c.TryAcquire(ctx, "bench-acquire-release", noRenew)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		_, err = dc.GetItem(ctx, &ddb.GetItemInput{TableName: &table, ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{"key": &types.AttributeValueMemberS{Value: "bench-acquire-release"}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cycle, rtt = append(cycle, t1.Sub(t0)), append(rtt, time.Since(t1))
+	}
+	b.ReportMetric(float64(conformance.Percentile(cycle, 0.5).Microseconds()), "acquire+release-p50-µs")
+	b.ReportMetric(float64(conformance.Percentile(rtt, 0.5).Microseconds()), "getitem-rtt-p50-µs")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkHandOff: from the holder's Release call to the blocked
+// Acquire's return, with poll_interval=20ms; the target is p50 ≤ the poll
+// interval + one round trip (reported alongside).
+func BenchmarkHandOff(b *testing.B) {
+	d := testserver.StartDynalite(b)
+	ctx := b.Context()
+	const poll = 20 * time.Millisecond
+	u := d.URL() + "&poll_interval=20ms"
+	a, w := open(b, u, nil), open(b, u, nil)
+	dc := native(b, a)
+	table := tableOf(b, d.URL())
+	var all, rtt []time.Duration
+	for b.Loop() {
+		lat, err := conformance.HandOffLatencies(ctx, a, w, "bench-handoff", 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		all = append(all, lat...)
+		t0 := time.Now()
+		if _, err := dc.GetItem(ctx, &ddb.GetItemInput{TableName: &table, ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{"key": &types.AttributeValueMemberS{Value: "bench-handoff"}}}); err != nil {
+			b.Fatal(err)
+		}
+		rtt = append(rtt, time.Since(t0))
+	}
+	p50 := conformance.Percentile(all, 0.5)
+	bound := poll + conformance.Percentile(rtt, 0.5)
+	b.ReportMetric(float64(p50.Microseconds()), "handoff-p50-µs")
+	b.ReportMetric(float64(conformance.Percentile(all, 0.99).Microseconds()), "handoff-p99-µs")
+	b.ReportMetric(float64(bound.Microseconds()), "poll+rtt-µs")
+	b.ReportMetric(0, "ns/op")
+	if p50 > bound {
+		b.Logf("hand-off p50 %v above poll interval + one round trip (%v)", p50, bound)
+	}
+}
+
+// BenchmarkSuite runs the shared conformance benchmarks on a real server.
+func BenchmarkSuite(b *testing.B) {
+	d := testserver.StartDynalite(b)
+	conformance.RunBenchmarks(b, newHarness(d.URL()+"&poll_interval=20ms"))
+}
