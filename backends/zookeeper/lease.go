@@ -16,6 +16,7 @@ import (
 var (
 	_ driver.Lease        = (*lease)(nil)
 	_ driver.LossNotifier = (*lease)(nil)
+	_ driver.LossHook     = (*lease)(nil)
 	_ driver.GrantedTTLer = (*lease)(nil)
 	_ driver.Aser         = (*lease)(nil)
 )
@@ -33,12 +34,13 @@ type lease struct {
 	timer *time.Timer // deletes our node when the TTL passes without a renewal
 
 	releasing atomic.Bool // our own delete is coming: not a loss
-	lost      chan struct{}
-	lostOnce  sync.Once
+	lost      context.Context // done when the store dropped the lease
+	cancelLost context.CancelFunc
 }
 
 func (b *backend) newLease(s *session, path string, stat *zk.Stat, ttl time.Duration, sent time.Time) *lease {
-	l := &lease{s: s, path: path, czxid: stat.Czxid, sid: stat.EphemeralOwner, ttl: ttl, lost: make(chan struct{})}
+	l := &lease{s: s, path: path, czxid: stat.Czxid, sid: stat.EphemeralOwner, ttl: ttl}
+	l.lost, l.cancelLost = context.WithCancel(context.Background())
 	l.mu.Lock()
 	l.timer = time.AfterFunc(time.Until(sent.Add(ttl)), l.expire)
 	l.mu.Unlock()
@@ -50,7 +52,10 @@ func (b *backend) newLease(s *session, path string, stat *zk.Stat, ttl time.Dura
 
 func (l *lease) Fence() uint64 { return uint64(l.czxid) }
 
-func (l *lease) Lost() <-chan struct{} { return l.lost }
+func (l *lease) Lost() <-chan struct{} { return l.lost.Done() }
+
+// OnLost calls f when the lease is lost, without a goroutine per lease.
+func (l *lease) OnLost(f func()) (stop func() bool) { return context.AfterFunc(l.lost, f) }
 
 // GrantedTTL is how long ZooKeeper may keep the lock of a client that
 // vanished: the TTL (our own timer deletes the node then, while this
@@ -89,16 +94,11 @@ func (l *lease) markLost() {
 	if l.releasing.Load() {
 		return
 	}
-	l.lostOnce.Do(func() { close(l.lost) })
+	l.cancelLost()
 }
 
 func (l *lease) isLost() bool {
-	select {
-	case <-l.lost:
-		return true
-	default:
-		return false
-	}
+	return l.lost.Err() != nil
 }
 
 // Extend confirms, with one read sent now, that the session is alive and
