@@ -1,0 +1,8 @@
+-- fencelock redlock extend, run on each primary: reset the lock's expiry
+-- only if it still holds our token.
+-- KEYS[1] lock key   ARGV[1] owner token   ARGV[2] TTL in milliseconds
+-- Returns 1 when extended, 0 when the lock did not hold our token.
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+return redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -1,0 +1,393 @@
+package redlock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireLua string
+	//go:embed writeback.lua
+	writebackLua string
+	//go:embed release.lua
+	releaseLua string
+	//go:embed extend.lua
+	extendLua string
+
+	acquireScript   = goredis.NewScript(acquireLua)
+	writebackScript = goredis.NewScript(writebackLua)
+	releaseScript   = goredis.NewScript(releaseLua)
+	extendScript    = goredis.NewScript(extendLua)
+)
+
+// MinTTL is the shortest lease TTL the backend accepts. An acquire needs a
+// majority of primaries to answer within the TTL's validity (TTL − 1% −
+// 2ms), in one or two parallel round trips; below 20ms a loaded machine
+// misses that window often enough to make locks flap.
+const MinTTL = 20 * time.Millisecond
+
+// DriftFactor is the share of the TTL, plus DriftMin, that an acquire or
+// renewal must leave unused: a majority that answers later than TTL −
+// DriftFactor×TTL − DriftMin after the request was sent grants nothing
+// (Redlock's clock-drift allowance; the same figures as fencelock's default
+// Options.DriftFactor, so the lease's local deadline and this check agree).
+const (
+	DriftFactor = 0.01
+	DriftMin    = 2 * time.Millisecond
+)
+
+// cleanupTimeout bounds the release of a failed attempt's grants (it is
+// also capped by the TTL: after the TTL the keys free themselves), and a
+// Release whose ctx has no deadline.
+const cleanupTimeout = 2 * time.Second
+
+// voidLifetime is how long an abandoned attempt's token stays void on a
+// primary that never answered the acquire request.
+const voidLifetime = 5 * time.Minute
+
+var capabilities = driver.Capabilities{
+	Backend:        "redlock",
+	Fence:          driver.FenceTimeFloored,
+	FenceSource:    "quorum counter: max of the granting primaries' counters (each max(stored+1, server TIME in ms×1000), bumped in the script that SETs NX PX), written back to a majority before the lease is returned; key <lock key>\\xff:fence on each primary, never deleted",
+	MinTTL:         MinTTL,
+	TTLGranularity: time.Millisecond,
+	TimeAuthority:  driver.TimeServer,
+	Wait:           driver.WaitNotify,
+	FIFO:           false,
+	NodeLoss:       driver.NodeLossQuorum,
+}
+
+var errClosed = fmt.Errorf("redlock: %w", driver.ErrClosed)
+
+// New returns a Client that keeps its locks on the independent Redis
+// primaries reached by clients, one *goredis.Client per primary (not
+// replicas of each other, not a Redis Cluster). opts may be nil. New
+// panics if clients holds a nil client or fewer than 3, or an even number:
+// a majority of an odd number of primaries tolerates the most failures.
+//
+// The Client does not own the go-redis clients: Client.Close stops its own
+// pub/sub subscriptions and goroutines but leaves them open for the caller
+// to close after it. Set ContextTimeoutEnabled in their options (see the
+// package doc's # Timeouts), and ClientName if the conformance suite's
+// KillSessions hook should find their connections.
+func New(clients []*goredis.Client, opts *fencelock.Options) *fencelock.Client {
+	if err := checkCount(len(clients)); err != nil {
+		panic("fencelock/backends/redlock: New: " + err.Error())
+	}
+	for _, c := range clients {
+		if c == nil {
+			panic("fencelock/backends/redlock: New with a nil go-redis client")
+		}
+	}
+	return fencelock.New(newBackend(clients, false), opts)
+}
+
+func checkCount(n int) error {
+	if n < 3 || n%2 == 0 {
+		return fmt.Errorf("%w: %d primaries: Redlock needs an odd number, at least 3 (5 is usual), of independent primaries", driver.ErrInvalid, n)
+	}
+	return nil
+}
+
+// node is one primary.
+type node struct {
+	addr string
+	c    *goredis.Client
+	hub  *hub
+}
+
+// backend is the Redlock driver. It implements driver.Backend,
+// driver.Waiter, driver.Admin and driver.Aser.
+type backend struct {
+	nodes  []*node
+	quorum int
+	owns   bool          // Close closes the go-redis clients (opened from a URL)
+	epoch  atomic.Uint64 // bumped by KillSessions: older leases are cut off
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	bg     sync.WaitGroup // calls in flight (see fan)
+
+	mu     sync.Mutex
+	closed bool
+}
+
+var (
+	_ driver.Backend = (*backend)(nil)
+	_ driver.Waiter  = (*backend)(nil)
+	_ driver.Admin   = (*backend)(nil)
+	_ driver.Aser    = (*backend)(nil)
+)
+
+func newBackend(clients []*goredis.Client, owns bool) *backend {
+	b := &backend{quorum: len(clients)/2 + 1, owns: owns}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	for _, c := range clients {
+		b.nodes = append(b.nodes, &node{addr: c.Options().Addr, c: c, hub: newHub(c)})
+	}
+	return b
+}
+
+func (b *backend) Capabilities() driver.Capabilities { return capabilities }
+
+// drift is the part of ttl an acquire or renewal must leave unused.
+func drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*DriftFactor) + DriftMin
+}
+
+// TryAcquire runs the acquire script on every primary at once and decides
+// as soon as the replies allow: granted by a majority, or refused or
+// unanswered by so many that no majority can grant. See the package doc
+// (# Algorithm) for the fence and the write-back. A failed attempt
+// releases and voids its token on every primary that granted or did not
+// answer before it returns (see abandon).
+func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
+	if !utf8.ValidString(req.Name) {
+		return nil, fmt.Errorf("%w: lock key %q is not valid UTF-8 (check Options.Prefix): redlock keeps its companion keys among the invalid-UTF-8 keys", driver.ErrInvalid, req.Name)
+	}
+	start := time.Now()
+	validity := req.TTL - drift(req.TTL)
+	n, q := len(b.nodes), b.quorum
+	k := keysFor(req.Name)
+	at := newAttempt(n)
+	args := []any{req.Token, millis(req.TTL)}
+	lockKeys := []string{k.lock, k.fence, k.void(req.Token)}
+	replies := b.fan(start.Add(validity), all(n), func(ctx context.Context, i int) (int64, int64, error) {
+		res, err := acquireScript.Run(ctx, b.nodes[i].c, lockKeys, args...).Int64Slice()
+		if err == nil && len(res) != 2 {
+			err = fmt.Errorf("acquire script returned %v, want {granted, value}", res)
+		}
+		switch {
+		case err == nil && res[0] == 1:
+			at.states[i].Store(stateGranted)
+			return 1, res[1], nil
+		case err == nil:
+			at.states[i].Store(stateRefused)
+			return 0, res[1], nil
+		case notSent(err):
+			at.states[i].Store(stateNotSent)
+		case isReply(err):
+			at.states[i].Store(stateRefused)
+		default:
+			at.states[i].Store(stateUnknown)
+		}
+		return 0, 0, err
+	})
+	var (
+		grants       []reply
+		held, failed int
+		pttl         int64 = -2 // the longest PTTL among refusals
+		errs         []error
+	)
+	for len(grants) < q && held+failed <= n-q {
+		select {
+		case r := <-replies:
+			switch {
+			case r.err != nil:
+				failed++
+				errs = append(errs, nodeErr(b.nodes[r.i].addr, "acquire", r.err))
+			case r.a == 1:
+				grants = append(grants, r)
+			default:
+				held++
+				if r.b == -1 || (pttl != -1 && r.b > pttl) {
+					pttl = r.b
+				}
+			}
+		case <-ctx.Done():
+			return nil, b.abandon(req, k, at, ctxErr(ctx, "acquire", fmt.Sprintf("%d of %d primaries had granted, %d needed", len(grants), n, q)))
+		}
+	}
+	if len(grants) < q {
+		return nil, b.abandon(req, k, at, refusal(n, q, held, failed, pttl, errs))
+	}
+
+	// The fence: the highest counter among the granting primaries. Those
+	// that returned it already store it; the others get it written back,
+	// each only while it still holds our token, until a majority stores it.
+	var fence int64
+	for _, g := range grants {
+		fence = max(fence, g.b)
+	}
+	var behind []int
+	stored := 0
+	for _, g := range grants {
+		if g.b == fence {
+			stored++
+		} else {
+			behind = append(behind, g.i)
+		}
+	}
+	if stored < q {
+		wb := b.fan(start.Add(validity), behind, func(ctx context.Context, i int) (int64, int64, error) {
+			v, err := writebackScript.Run(ctx, b.nodes[i].c, []string{k.lock, k.fence}, req.Token, fence).Int64()
+			return v, 0, err
+		})
+		var lost int
+		for got := 0; got < len(behind) && stored < q; got++ {
+			select {
+			case r := <-wb:
+				switch {
+				case r.err != nil:
+					errs = append(errs, nodeErr(b.nodes[r.i].addr, "fence write-back", r.err))
+				case r.a == 1:
+					stored++
+				default:
+					lost++
+				}
+			case <-ctx.Done():
+				return nil, b.abandon(req, k, at, ctxErr(ctx, "acquire", "writing the fence back"))
+			}
+		}
+		if stored < q {
+			return nil, b.abandon(req, k, at, fmt.Errorf("%w: redlock acquire: a majority granted, but the fence reached only %d of the %d primaries needed in time (%d lost the lock meanwhile): %w",
+				driver.ErrNotAcquired, stored, q, lost, errors.Join(errs...)))
+		}
+	}
+	if el := time.Since(start); el >= validity {
+		return nil, b.abandon(req, k, at, fmt.Errorf("%w: redlock acquire: a majority granted only after %v, past the validity of the %v TTL (TTL − %g×TTL − %v): if this persists, raise the TTL or check the primaries' latency",
+			driver.ErrNotAcquired, el.Round(time.Microsecond), req.TTL, DriftFactor, DriftMin))
+	}
+	return &lease{b: b, k: k, token: req.Token, fence: uint64(fence), at: at, epoch: b.epoch.Load()}, nil
+}
+
+// refusal explains a failed attempt. It is ErrUnavailable when so many
+// primaries failed that no majority can answer, else ErrNotAcquired: the
+// lock is held (or contended) on enough primaries, and waiting can help.
+func refusal(n, q, held, failed int, pttl int64, errs []error) error {
+	if failed > n-q {
+		return fmt.Errorf("redlock acquire: %d of %d primaries failed, so no majority of %d can grant: %w", failed, n, q, errors.Join(errs...))
+	}
+	why := fmt.Sprintf("%d of %d primaries hold the lock for another owner", held, n)
+	if failed > 0 {
+		why += fmt.Sprintf(" and %d did not answer (%v)", failed, errors.Join(errs...))
+	}
+	switch pttl {
+	case -1:
+		why += "; a key has no expiry, so its holder is not a lease and never frees itself: delete it by hand if its owner is gone"
+	case -2, -3:
+	default:
+		why += fmt.Sprintf("; the longest expires in %v unless renewed", time.Duration(pttl)*time.Millisecond)
+	}
+	return fmt.Errorf("%w: %s", driver.ErrNotAcquired, why)
+}
+
+// abandon undoes a failed attempt and returns cause. On every primary that
+// may hold the attempt's token (it granted, or its reply never came) it
+// releases the lock if it holds the token and voids the token, so that an
+// acquire request still in flight grants nothing when it lands.
+//
+// It returns once every primary that granted has answered and a majority
+// is known free of the token (refused, never reached, or abandoned), or
+// when all have answered, or after min(TTL, 2s); the calls to primaries
+// that have not answered go on in the background until then. If a
+// majority cannot be confirmed free, the error also wraps ErrIndeterminate:
+// the token may hold a majority until its TTL ends.
+func (b *backend) abandon(req driver.AcquireRequest, k keys, at *attempt, cause error) error {
+	n, q := len(b.nodes), b.quorum
+	var idx []int
+	free, granted := 0, 0
+	wasGranted := make([]bool, n)
+	for i := range n {
+		switch {
+		case at.state(i) == stateGranted:
+			wasGranted[i] = true
+			granted++
+			idx = append(idx, i)
+		case at.mayHold(i):
+			idx = append(idx, i)
+		default:
+			free++
+		}
+	}
+	if len(idx) == 0 || b.isClosed() {
+		return cause
+	}
+	replies := b.fan(time.Now().Add(min(req.TTL, cleanupTimeout)), idx, func(ctx context.Context, i int) (int64, int64, error) {
+		v, err := releaseScript.Run(ctx, b.nodes[i].c, []string{k.lock, k.void(req.Token)}, req.Token, k.channel, voidLifetime.Milliseconds()).Int64()
+		return v, 0, err
+	})
+	var errs []error
+	for got := 0; got < len(idx) && (granted > 0 || free < q); got++ {
+		r := <-replies // every call ends by its deadline
+		if wasGranted[r.i] {
+			granted--
+		}
+		if r.err != nil {
+			errs = append(errs, nodeErr(b.nodes[r.i].addr, "abandon", r.err))
+			continue
+		}
+		free++
+	}
+	if free < q {
+		return fmt.Errorf("%w: %w; the lock may stay held under this attempt's token until its TTL of %v ends (only %d of %d primaries confirmed free: %v)",
+			driver.ErrIndeterminate, cause, req.TTL, free, n, errors.Join(errs...))
+	}
+	return cause
+}
+
+// As sets *target to the go-redis clients, one per primary, for target
+// type *[]*goredis.Client.
+func (b *backend) As(target any) bool {
+	if t, ok := target.(*[]*goredis.Client); ok {
+		cs := make([]*goredis.Client, len(b.nodes))
+		for i, nd := range b.nodes {
+			cs[i] = nd.c
+		}
+		*t = cs
+		return true
+	}
+	return false
+}
+
+func (b *backend) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
+// Close stops the pub/sub subscriptions and their goroutines and, if the
+// backend opened the go-redis clients (from a URL), closes them and waits
+// for calls still in flight (a closed client ends them at once).
+func (b *backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+	b.cancel()
+	for _, nd := range b.nodes {
+		nd.hub.close()
+	}
+	if !b.owns {
+		return nil
+	}
+	var errs []error
+	for _, nd := range b.nodes {
+		if err := nd.c.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("redlock close %s: %w", nd.addr, err))
+		}
+	}
+	b.bg.Wait()
+	return errors.Join(errs...)
+}
+
+// millis rounds d up to whole milliseconds (PX): the store keeps the lock
+// at least as long as the portable layer believes it is held.
+func millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}

@@ -1,0 +1,18 @@
+-- fencelock redlock release, run on each primary: delete the lock only if
+-- it holds our token, and tell waiters.
+-- KEYS[1] lock key   KEYS[2] void key of the token
+-- ARGV[1] owner token   ARGV[2] release channel   ARGV[3] void lifetime in
+-- ms, or 0
+-- With a void lifetime (the acquire request to this primary may still be
+-- in flight: its reply never came) the token is first marked void, so that
+-- the acquire script, if it only runs now, grants nothing.
+-- Returns 1 when released, 0 when the lock did not hold our token.
+if ARGV[3] ~= '0' then
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+end
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], KEYS[1])
+return 1

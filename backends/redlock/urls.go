@@ -1,0 +1,166 @@
+package redlock
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// Scheme is the URL scheme this package registers with fencelock.Register.
+const Scheme = "redlock"
+
+func init() {
+	fencelock.Register(Scheme, &URLOpener{})
+}
+
+// URLOpener opens redlock:// URLs:
+//
+//	redlock://[[user]:password@]host:port,host:port,host:port[/db][?param=value&...]
+//
+// listing an odd number (3 or more) of independent Redis primaries. The
+// port defaults to 6379 (but Go's URL parser wants a port on the last of
+// several hosts); the path is the database number on every primary
+// (default 0); user and password apply to every primary. Query parameters,
+// besides fencelock's own prefix, ttl and wait:
+//
+//	addr=host:port      one more primary; may repeat (for IPv6:
+//	                    addr=[::1]:6379); addr=rediss://host:port connects
+//	                    to that one with TLS
+//	pool_size=N         connections per primary (go-redis default: 10 per CPU)
+//
+// Each go-redis client it makes has ContextTimeoutEnabled set (the
+// caller's ctx bounds every call), no retries (another primary's answer is
+// the retry), and a ClientName unique to the fencelock Client
+// ("fencelock-redlock-<hex>", used by KillSessions); they are closed with
+// the fencelock Client.
+type URLOpener struct {
+	// TLSConfig, if not nil, makes every primary connect with TLS using a
+	// clone of it (ServerName set to each host's name if empty). Hosts
+	// given as addr=rediss://host:port use it too, or, if it is nil, the
+	// system roots with the host's name.
+	TLSConfig *tls.Config
+	// Configure, if not nil, is called with each primary's go-redis
+	// options (i is its index in URL order) before its client is made, for
+	// what a URL cannot say: timeouts, a custom Dialer, credentials
+	// providers, limits.
+	Configure func(i int, o *goredis.Options)
+}
+
+// OpenBackendURL implements fencelock.URLOpener.
+func (o *URLOpener) OpenBackendURL(_ context.Context, u *url.URL) (driver.Backend, error) {
+	opts, err := o.options(u)
+	if err != nil {
+		return nil, err
+	}
+	clients := make([]*goredis.Client, len(opts))
+	for i, ro := range opts {
+		if o.Configure != nil {
+			o.Configure(i, ro)
+		}
+		clients[i] = goredis.NewClient(ro)
+	}
+	return newBackend(clients, true), nil
+}
+
+// options turns u into one go-redis Options per primary, rejecting what it
+// does not know.
+func (o *URLOpener) options(u *url.URL) ([]*goredis.Options, error) {
+	if u.Scheme != Scheme {
+		return nil, fmt.Errorf("%w: scheme %q: use redlock://", driver.ErrInvalid, u.Scheme)
+	}
+	q := u.Query()
+	if err := fencelock.UnknownParams(q, "addr", "pool_size"); err != nil {
+		return nil, err
+	}
+	for k, vs := range q {
+		if k != "addr" && len(vs) != 1 {
+			return nil, fmt.Errorf("%w: query parameter %q given %d times: give it once", driver.ErrInvalid, k, len(vs))
+		}
+	}
+	var hosts []string
+	if u.Host != "" {
+		hosts = strings.Split(u.Host, ",")
+	}
+	hosts = append(hosts, q["addr"]...)
+	if err := checkCount(len(hosts)); err != nil {
+		return nil, fmt.Errorf("%w (in %q)", err, u.Redacted())
+	}
+	var base goredis.Options
+	base.ContextTimeoutEnabled = true
+	base.MaxRetries = -1
+	base.ClientName = "fencelock-redlock-" + randHex(6)
+	if u.User != nil {
+		base.Username = u.User.Username()
+		base.Password, _ = u.User.Password()
+	}
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		db, err := strconv.Atoi(p)
+		if err != nil || db < 0 {
+			return nil, fmt.Errorf("%w: database %q in %q: want a number such as /0", driver.ErrInvalid, p, u.Redacted())
+		}
+		base.DB = db
+	}
+	if v := q.Get("pool_size"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%w: pool_size=%q: want a positive integer", driver.ErrInvalid, v)
+		}
+		base.PoolSize = n
+	}
+	opts := make([]*goredis.Options, 0, len(hosts))
+	var seen []string
+	for _, h := range hosts {
+		secure := o.TLSConfig != nil
+		if rest, ok := strings.CutPrefix(h, "rediss://"); ok {
+			h, secure = rest, true
+		} else if rest, ok := strings.CutPrefix(h, "redis://"); ok {
+			h = rest
+		}
+		if h == "" {
+			return nil, fmt.Errorf("%w: empty host in %q", driver.ErrInvalid, u.Redacted())
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(strings.Trim(h, "[]"), "6379")
+		}
+		host, port, err := net.SplitHostPort(h)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n <= 0 || n > 65535 {
+			return nil, fmt.Errorf("%w: bad host %q in %q: want host:port", driver.ErrInvalid, h, u.Redacted())
+		}
+		if slices.Contains(seen, h) {
+			return nil, fmt.Errorf("%w: primary %s listed twice in %q: Redlock needs independent primaries", driver.ErrInvalid, h, u.Redacted())
+		}
+		seen = append(seen, h)
+		ro := base
+		ro.Addr = h
+		if secure {
+			if o.TLSConfig != nil {
+				ro.TLSConfig = o.TLSConfig.Clone()
+				if ro.TLSConfig.ServerName == "" {
+					ro.TLSConfig.ServerName = host
+				}
+			} else {
+				ro.TLSConfig = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
+			}
+		}
+		opts = append(opts, &ro)
+	}
+	return opts, nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
