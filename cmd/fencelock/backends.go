@@ -7,4 +7,5 @@ import (
 	_ "github.com/fencelock/fencelock/backends/memory"
 	_ "github.com/fencelock/fencelock/backends/pgadvisory"
 	_ "github.com/fencelock/fencelock/backends/redis"
+	_ "github.com/fencelock/fencelock/backends/redlock"
 )
