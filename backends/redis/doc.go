@@ -21,7 +21,8 @@
 //
 // For a lock whose store key is K (the name, after Options.Prefix):
 //
-//   - Lock key K, exactly as named. While held it is a string holding the
+//   - Lock key K, exactly as named (but see Reserved names). While held it
+//     is a string holding the
 //     owner token (32 hex characters, new for every grant) with a PX
 //     expiry: the same shape as redis-py's Lock and redsync, so a Python or
 //     redsync worker locking the same key string excludes fencelock clients
@@ -41,6 +42,21 @@
 //
 // All these keys share a hash tag of K's slot, so every script touches one
 // Redis Cluster slot.
+//
+// # Reserved names
+//
+// A fence, channel or void key is a base with a valid hash tag followed by
+// ":fence", ":released" or ":void:" and 32 hex digits, so a name such as
+// "{x}:fence" spells the fence key of the name "x". Such names are
+// reserved: a store key that has a valid hash tag ("{...}" with something
+// inside) and ends in ":fence", ":released", ":fencelock" or ":void:"
+// followed by 32 lowercase hex digits gets the lock key K + ":fencelock"
+// instead of K (same hash tag, so same slot; its fence key is
+// K + ":fencelock:fence"). Lock keys and derived keys thus never meet, and
+// distinct names never share a lock key. Every other name, which is every
+// name without braces, is its own lock key and interoperates with
+// redis-py and redsync; a reserved name interoperates under its escaped
+// key only.
 //
 // # Operations
 //
@@ -122,6 +138,23 @@
 // answering. The backend asks it to reload whenever a cluster call fails
 // to reach a node, so acquiring works again as soon as a replica is
 // promoted (about NodeTimeout plus the election), not a minute later.
+//
+// # Admin
+//
+// The backend implements driver.Admin (Client.As(&adm) with a
+// driver.Admin), the out-of-band hooks `fencelock conformance --url` uses:
+// Expire DELs a lock key whoever holds it (never the fence key), and
+// KillSessions deletes the locks this Client holds (owner-checked) and
+// kills its connections with CLIENT KILL ID, found by client name (see
+// backend.KillSessions in admin.go and URLOpener).
+//
+// # Logging
+//
+// go-redis logs some errors (a pool that cannot dial) to stderr through a
+// process-wide logger. fencelock returns those errors to the caller, so the
+// first Client opened by URL silences that logger, once; LogGoRedisTo sends
+// the lines to a *slog.Logger instead. Clients made with New leave
+// go-redis's logging to the caller.
 //
 // # Timeouts
 //

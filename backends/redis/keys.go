@@ -8,7 +8,7 @@ import (
 
 // keys are the Redis names used for one lock. See the package doc.
 type keys struct {
-	lock    string // the lock key: the (prefixed) name exactly as given
+	lock    string // the lock key: the (prefixed) name as given, or escaped (see lockKey)
 	fence   string // the fence counter; no TTL, never deleted
 	channel string // the pub/sub channel Release publishes to
 	base    string // the hash-tagged base of fence and channel
@@ -17,12 +17,60 @@ type keys struct {
 // void is the key that marks an abandoned acquire attempt's token.
 func (k keys) void(token string) string { return k.base + ":void:" + token }
 
-// keysFor maps a lock key to its keys. The fence key and the channel share
-// a hash tag whose Cluster slot is the lock key's slot, so one script can
-// touch both keys on any deployment.
-func keysFor(lock string) keys {
+// keysFor maps a store key (the name after Options.Prefix) to its keys.
+// The fence key and the channel share a hash tag whose Cluster slot is the
+// lock key's slot, so one script can touch both keys on any deployment.
+func keysFor(name string) keys {
+	lock := lockKey(name)
 	base := slotBase(lock)
 	return keys{lock: lock, fence: base + ":fence", channel: base + ":released", base: base}
+}
+
+// escapeSuffix is appended to the lock key of a name that could otherwise
+// be one of the keys the backend derives from another name (see lockKey).
+const escapeSuffix = ":fencelock"
+
+// lockKey returns the lock key of the store key name: name itself (so that
+// redis-py and redsync, which lock the key exactly as named, interoperate),
+// unless name is reserved, in which case name + escapeSuffix.
+//
+// Every derived key (fence, channel, void) is a base with a valid hash tag
+// followed by ":fence", ":released" or ":void:" and a 32-hex token; a
+// suffix without braces leaves the hash tag where it was. So a name can be
+// a derived key only if it has a valid hash tag and ends in one of those
+// suffixes; such names are reserved, and so are hash-tagged names ending in
+// escapeSuffix, so that the escaped keys are distinct from every unescaped
+// one. The escaped key keeps the name's hash tag, hence its Cluster slot,
+// and ends in escapeSuffix, which no derived key does: lock keys and
+// derived keys never meet, and distinct names have distinct lock keys.
+func lockKey(name string) string {
+	if reserved(name) {
+		return name + escapeSuffix
+	}
+	return name
+}
+
+// reserved reports whether name needs escaping (see lockKey).
+func reserved(name string) bool {
+	if !hasHashTag(name) {
+		return false
+	}
+	for _, s := range []string{":fence", ":released", escapeSuffix} {
+		if strings.HasSuffix(name, s) {
+			return true
+		}
+	}
+	const voidLen = len(":void:") + 32
+	return len(name) >= voidLen && strings.HasPrefix(name[len(name)-voidLen:], ":void:") && isHex(name[len(name)-32:])
+}
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // slotBase returns a string whose hash tag hashes to lock's Cluster slot:

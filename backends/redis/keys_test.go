@@ -82,3 +82,50 @@ func TestMillisRoundsUp(t *testing.T) {
 		}
 	}
 }
+
+// TestLockKeysNeverMeetDerivedKeys: for names built from the characters
+// that matter (braces, the suffixes), no lock key equals another name's
+// lock key or any name's fence, channel or void key, and unreserved names
+// map to themselves.
+func TestLockKeysNeverMeetDerivedKeys(t *testing.T) {
+	parts := []string{"x", "{", "}", "{x}", ":fence", ":released", ":fencelock", ":void:", "0123456789abcdef0123456789abcdef", ":"}
+	names := map[string]bool{}
+	var gen func(prefix string, depth int)
+	gen = func(prefix string, depth int) {
+		if prefix != "" {
+			names[prefix] = true
+		}
+		if depth == 0 {
+			return
+		}
+		for _, p := range parts {
+			gen(prefix+p, depth-1)
+		}
+	}
+	gen("", 4)
+	const tok = "0123456789abcdef0123456789abcdef"
+	lockOf := map[string]string{}
+	derived := map[string]string{}
+	for n := range names {
+		k := keysFor(n)
+		if other, dup := lockOf[k.lock]; dup {
+			t.Fatalf("names %q and %q share lock key %q", n, other, k.lock)
+		}
+		lockOf[k.lock] = n
+		for _, d := range []string{k.fence, k.channel, k.void(tok)} {
+			derived[d] = n
+		}
+		if !reserved(n) && k.lock != n {
+			t.Fatalf("unreserved name %q has lock key %q", n, k.lock)
+		}
+		if keySlot(k.lock) != keySlot(n) || keySlot(k.fence) != keySlot(n) {
+			t.Fatalf("name %q: lock key or fence key in another slot", n)
+		}
+	}
+	for lock, n := range lockOf {
+		if m, ok := derived[lock]; ok {
+			t.Fatalf("lock key %q of name %q is a derived key of name %q", lock, n, m)
+		}
+	}
+	t.Logf("%d names checked", len(names))
+}

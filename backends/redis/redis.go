@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -83,12 +84,14 @@ type backend struct {
 	client goredis.UniversalClient
 	owns   bool // Close closes client (clients opened from a URL)
 	hub    *hub
+	live   leaseSet // held leases, for KillSessions
 }
 
 var (
 	_ driver.Backend = (*backend)(nil)
 	_ driver.Waiter  = (*backend)(nil)
 	_ driver.Aser    = (*backend)(nil)
+	_ driver.Admin   = (*backend)(nil)
 )
 
 func newBackend(client goredis.UniversalClient, owns bool) *backend {
@@ -106,6 +109,7 @@ func (b *backend) Capabilities() driver.Capabilities { return capabilities }
 // wraps ErrIndeterminate.
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
 	k := keysFor(req.Name)
+	sent := time.Now()
 	res, err := acquireScript.Run(ctx, b.client, []string{k.lock, k.fence, k.void(req.Token)}, req.Token, millis(req.TTL)).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("acquire script returned %v, want {fence, pttl}", res)
@@ -120,7 +124,10 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	if res[0] <= 0 {
 		return nil, notAcquired(time.Duration(res[1]) * time.Millisecond)
 	}
-	return &lease{b: b, k: k, token: req.Token, fence: uint64(res[0])}, nil
+	l := &lease{b: b, k: k, token: req.Token, fence: uint64(res[0])}
+	l.until.Store(sent.Add(req.TTL).UnixNano())
+	b.live.add(l)
+	return l, nil
 }
 
 // fail classifies err (see classify). When a Redis Cluster node could not
@@ -209,25 +216,34 @@ type lease struct {
 	k     keys
 	token string
 	fence uint64
+	until atomic.Int64 // UnixNano after which the store has surely dropped it unrenewed
 }
+
+// expired reports whether the lease's TTL has surely run out (for pruning
+// the live set; a renewal moves it).
+func (l *lease) expired() bool { return time.Now().UnixNano() > l.until.Load() }
 
 func (l *lease) Fence() uint64 { return l.fence }
 
 // Extend resets the key's expiry to ttl, only while it holds our token.
 func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
+	sent := time.Now()
 	n, err := extendScript.Run(ctx, l.b.client, []string{l.k.lock}, l.token, millis(ttl)).Int64()
 	if err != nil {
 		return l.b.fail(ctx, "extend", err)
 	}
 	if n != 1 {
+		l.b.live.remove(l)
 		return fmt.Errorf("%w: the Redis key no longer holds this lease's token (it expired, or another owner took it)", driver.ErrLeaseLost)
 	}
+	l.until.Store(sent.Add(ttl).UnixNano())
 	return nil
 }
 
 // Release deletes the key only while it holds our token, and publishes a
 // release notice for waiters.
 func (l *lease) Release(ctx context.Context) error {
+	defer l.b.live.remove(l)
 	n, err := releaseScript.Run(ctx, l.b.client, []string{l.k.lock}, l.token, l.k.channel).Int64()
 	if err != nil {
 		return l.b.fail(ctx, "release", err)

@@ -147,3 +147,11 @@ func TestConformance(t *testing.T) {
 	r := testserver.StartRedis(t)
 	conformance.RunConformanceTests(t, newHarness(t, r.URL()))
 }
+
+// TestConformanceByURL runs the suite as `fencelock conformance --url`
+// does: clients opened from the URL alone, the loss hooks from the
+// backend's driver.Admin (DEL, CLIENT KILL). Nothing may be skipped.
+func TestConformanceByURL(t *testing.T) {
+	r := testserver.StartRedis(t)
+	conformance.RunConformanceTests(t, conformance.URLHarness(r.URL()))
+}

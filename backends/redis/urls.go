@@ -2,7 +2,9 @@ package redis
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/url"
@@ -42,6 +44,10 @@ func init() {
 //
 // The go-redis client it makes has ContextTimeoutEnabled set, so the
 // caller's ctx bounds every call, and is closed with the fencelock Client.
+// Its ClientName (shown by CLIENT LIST) is "fencelock-" and 12 random hex
+// digits unless Configure sets one; KillSessions finds its connections by
+// it. The first URL opened also silences go-redis's own logger (see
+// LogGoRedisTo).
 type URLOpener struct {
 	// TLSConfig is used for rediss:// URLs. nil: the system roots, with the
 	// first host's name as the server name. As in go-redis, one config
@@ -63,7 +69,17 @@ func (o *URLOpener) OpenBackendURL(_ context.Context, u *url.URL) (driver.Backen
 	if o.Configure != nil {
 		o.Configure(uo)
 	}
+	if uo.ClientName == "" {
+		uo.ClientName = "fencelock-" + randHex(6)
+	}
+	quietGoRedis()
 	return newBackend(goredis.NewUniversalClient(uo), true), nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // options turns u into go-redis options, rejecting what it does not know.
