@@ -23,7 +23,7 @@ func RunBenchmarks(b *testing.B, newHarness HarnessMaker) {
 				b.Fatalf("harness: %v", err)
 			}
 			b.Cleanup(h.Close)
-			f(b, newEnv(ctx, b, h))
+			f(b, newEnv(ctx, b, h, 0))
 		})
 	}
 	bench("AcquireRelease", benchAcquireRelease)

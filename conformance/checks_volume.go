@@ -27,7 +27,7 @@ func init() {
 // "inside" flag, so the check catches it with near certainty.
 const (
 	volumeRefused = 5000
-	volumeGrants  = 500
+	volumeGrants  = 200
 )
 
 // testHighVolume: several clients hammer one lock with TryAcquire (and

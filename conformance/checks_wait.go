@@ -48,6 +48,8 @@ func testAcquireWakesOnRelease(t TB, e *env) {
 	}
 	released := time.Now()
 	mustNil(t, l1.Release(e.ctx), "Release")
+	// Far less than the holder's TTL, far more than a backoff interval.
+	wake := max(5*time.Second, 2*e.margin)
 	e.waiting("the blocked Acquire to return after Release")
 	select {
 	case r := <-got:
@@ -55,8 +57,8 @@ func testAcquireWakesOnRelease(t TB, e *env) {
 		defer r.l.Release(e.ctx)
 		e.checkFence(t, l1.Fence(), r.l.Fence(), "hand-off")
 		t.Logf("hand-off took %v", r.at.Sub(released))
-	case <-time.After(longTTL / 3):
-		t.Fatalf("blocked Acquire did not return within %v of Release (TTL %v)", longTTL/3, longTTL)
+	case <-time.After(wake):
+		t.Fatalf("blocked Acquire did not return within %v of Release (TTL %v)", wake, longTTL)
 	}
 }
 

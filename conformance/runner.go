@@ -55,9 +55,21 @@ type RunOptions struct {
 	// StopOnDeadline stops after the first check that hit its deadline: a
 	// store that stopped answering makes the remaining checks pointless.
 	StopOnDeadline bool
+	// Exclude lists checks not to run.
+	Exclude []string
 	// BaseDeadline is the fixed part of each check's deadline (see the
 	// package's "Per-check deadline"). Default: DefaultBaseDeadline.
 	BaseDeadline time.Duration
+	// TTL is the short TTL the timing checks use, raised to the store's
+	// MinTTL. Default: 400ms.
+	TTL time.Duration
+}
+
+func (o *RunOptions) ttl() time.Duration {
+	if o == nil {
+		return 0
+	}
+	return o.TTL
 }
 
 func (o *RunOptions) base() time.Duration {
@@ -72,6 +84,9 @@ func (o *RunOptions) selects(name string) bool {
 		return true
 	}
 	if o.Filter != "" && !strings.Contains(name, o.Filter) {
+		return false
+	}
+	if slices.Contains(o.Exclude, name) {
 		return false
 	}
 	return len(o.Checks) == 0 || slices.Contains(o.Checks, name)
@@ -170,7 +185,7 @@ func runCheck(parent context.Context, c check, r *runT, o *RunOptions, harness f
 	if budget <= 0 {
 		budget = defaultTTLBudget
 	}
-	w := newWatch(time.Now().Add(base + time.Duration(budget)*shortTTL(fencelock.Capabilities{})))
+	w := newWatch(time.Now().Add(base + time.Duration(budget)*shortTTL(fencelock.Capabilities{}, o.ttl())))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -187,7 +202,7 @@ func runCheck(parent context.Context, c check, r *runT, o *RunOptions, harness f
 		}
 		r.Cleanup(h.Close)
 		w.set("the first client (Capabilities, granted TTL)")
-		e := newEnv(ctx, r, h)
+		e := newEnv(ctx, r, h, o.ttl())
 		e.w = w
 		w.extend(w.start.Add(base + time.Duration(budget)*e.effTTL()))
 		w.set("the check's first step")

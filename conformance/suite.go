@@ -71,7 +71,9 @@ type env struct {
 	w        *watch // nil outside the runners (benchmarks)
 }
 
-func newEnv(ctx context.Context, t TB, h Harness) *env {
+// newEnv makes a check's env; ttl is the short TTL wanted (0: 400ms),
+// raised to the store's minimum.
+func newEnv(ctx context.Context, t TB, h Harness, ttl time.Duration) *env {
 	e := &env{ctx: ctx, h: h, t: t, prefix: "fencelock-conformance-" + randHex(6) + "/"}
 	// Only the capabilities and the granted TTL are needed: close this
 	// client at once, so that a client still connecting in the background
@@ -82,7 +84,7 @@ func newEnv(ctx context.Context, t TB, h Harness) *env {
 		t.Fatalf("MakeClient: %v", err)
 	}
 	e.caps = c.Capabilities()
-	e.ttl = shortTTL(e.caps)
+	e.ttl = shortTTL(e.caps, ttl)
 	e.storeTTL = grantedTTL(ctx, c, e.ttl)
 	_ = c.Close()
 	e.margin = max(time.Second, 2*e.effTTL())
@@ -131,10 +133,13 @@ func (e *env) sleep(d time.Duration) bool {
 	}
 }
 
-// shortTTL is the TTL the timing checks use: 400ms, or the backend's
-// minimum rounded up to its granularity if larger.
-func shortTTL(c fencelock.Capabilities) time.Duration {
-	ttl := 400 * time.Millisecond
+// shortTTL is the TTL the timing checks use: want (0: 400ms), or the
+// backend's minimum if larger, rounded up to the backend's granularity.
+func shortTTL(c fencelock.Capabilities, want time.Duration) time.Duration {
+	ttl := want
+	if ttl <= 0 {
+		ttl = 400 * time.Millisecond
+	}
 	if c.MinTTL > ttl {
 		ttl = c.MinTTL
 	}
