@@ -33,8 +33,8 @@ type lease struct {
 	ttl   time.Duration
 	timer *time.Timer // deletes our node when the TTL passes without a renewal
 
-	releasing atomic.Bool // our own delete is coming: not a loss
-	lost      context.Context // done when the store dropped the lease
+	releasing  atomic.Bool     // our own delete is coming: not a loss
+	lost       context.Context // done when the store dropped the lease
 	cancelLost context.CancelFunc
 }
 

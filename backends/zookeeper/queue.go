@@ -38,7 +38,7 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	if err != nil {
 		return nil, err
 	}
-	q, stat, sent, err := b.check(ctx, s, parent, prefix, p)
+	q, stat, sent, err := b.check(ctx, s, parent, prefix, p, nil)
 	if err == nil && ctx.Err() != nil {
 		err = b.fail(ctx, "try-acquire", ctx.Err())
 	}
@@ -94,9 +94,10 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 // waitTurn waits until our node p is first. It returns our node's stat and
 // the send time of the read that found it first.
 func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p string) (*zk.Stat, time.Time, error) {
+	var known *zk.Stat
 	for {
 		_, _, wake := s.state()
-		q, stat, sent, err := b.check(ctx, s, parent, prefix, p)
+		q, stat, sent, err := b.check(ctx, s, parent, prefix, p, known)
 		if err != nil {
 			if ctx.Err() == nil && errors.Is(err, driver.ErrUnavailable) {
 				// A lost connection or an election: try again shortly,
@@ -114,6 +115,7 @@ func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p st
 		if q.pred == "" {
 			return stat, sent, nil
 		}
+		known = stat
 		type exw struct {
 			ok bool
 			ch <-chan zk.Event
@@ -147,17 +149,13 @@ func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p st
 	}
 }
 
-// check reads the queue under parent and, when our node p is first, its
-// stat (in parallel with the read of the queue, as they usually are both
-// needed). sent is when the queue read was sent.
-func (b *backend) check(ctx context.Context, s *session, parent, prefix, p string) (queue, *zk.Stat, time.Time, error) {
-	var (
-		wg    sync.WaitGroup
-		stat  *zk.Stat
-		found bool
-		serr  error
-	)
-	wg.Go(func() {
+// check reads the queue under parent and, unless known is our node p's
+// stat already, reads that stat in parallel (the first check needs both).
+// sent is when the queue read was sent.
+
+// statInto returns a func that reads p's stat into the pointers.
+func (b *backend) statInto(ctx context.Context, s *session, p string, stat **zk.Stat, found *bool, serr *error) func() {
+	return func() {
 		type ex struct {
 			ok bool
 			st *zk.Stat
@@ -166,8 +164,20 @@ func (b *backend) check(ctx context.Context, s *session, parent, prefix, p strin
 			ok, st, err := s.conn.Exists(p)
 			return ex{ok, st}, err
 		})
-		stat, found, serr = r.st, r.ok, err
-	})
+		*stat, *found, *serr = r.st, r.ok, err
+	}
+}
+
+func (b *backend) check(ctx context.Context, s *session, parent, prefix, p string, known *zk.Stat) (queue, *zk.Stat, time.Time, error) {
+	var (
+		wg    sync.WaitGroup
+		stat  = known
+		found = known != nil
+		serr  error
+	)
+	if known == nil {
+		wg.Go(b.statInto(ctx, s, p, &stat, &found, &serr))
+	}
 	sent := time.Now()
 	children, err := call(b, ctx, func() ([]string, error) {
 		c, _, err := s.conn.Children(parent)
@@ -256,25 +266,37 @@ func (b *backend) createNode(ctx context.Context, s *session, parent, prefix str
 	}
 }
 
-// makeParents creates parent and its ancestors as container nodes
-// (ZooKeeper deletes an empty container), or persistent nodes on a server
-// without containers.
+// makeParents creates parent, and the missing ones of its ancestors, as
+// container nodes (ZooKeeper deletes an empty container), or persistent
+// nodes on a server without containers.
 func (b *backend) makeParents(ctx context.Context, s *session, parent string) error {
-	parts := strings.Split(strings.TrimPrefix(parent, "/"), "/")
-	cur := ""
-	for _, part := range parts {
-		cur += "/" + part
-		_, err := call(b, ctx, func() (string, error) {
-			return s.conn.CreateContainer(cur, nil, zk.FlagContainer, b.acl)
-		})
-		if errors.Is(err, zk.ErrUnknown) || errors.Is(err, zk.ErrAPIError) || errors.Is(err, zk.ErrBadArguments) {
-			_, err = call(b, ctx, func() (string, error) { return s.conn.Create(cur, nil, zk.FlagPersistent, b.acl) })
+	if parent == "/" {
+		return nil
+	}
+	err := b.makeNode(ctx, s, parent)
+	if errors.Is(err, zk.ErrNoNode) {
+		if err := b.makeParents(ctx, s, path.Dir(parent)); err != nil {
+			return err
 		}
-		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return b.fail(ctx, "create parent "+cur, err)
-		}
+		err = b.makeNode(ctx, s, parent)
+	}
+	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return b.fail(ctx, "create parent "+parent, err)
 	}
 	return nil
+}
+
+func (b *backend) makeNode(ctx context.Context, s *session, p string) error {
+	_, err := call(b, ctx, func() (string, error) {
+		return s.conn.CreateContainer(p, nil, zk.FlagContainer, b.acl)
+	})
+	if errors.Is(err, zk.ErrUnknown) || errors.Is(err, zk.ErrAPIError) || errors.Is(err, zk.ErrBadArguments) {
+		_, err = call(b, ctx, func() (string, error) { return s.conn.Create(p, nil, zk.FlagPersistent, b.acl) })
+	}
+	if errors.Is(err, zk.ErrNodeExists) {
+		return nil
+	}
+	return err
 }
 
 // leave deletes our node after a failed or abandoned attempt, on a context
