@@ -8,4 +8,5 @@ import (
 	_ "github.com/fencelock/fencelock/backends/pgadvisory"
 	_ "github.com/fencelock/fencelock/backends/redis"
 	_ "github.com/fencelock/fencelock/backends/redlock"
+	_ "github.com/fencelock/fencelock/backends/zookeeper"
 )
