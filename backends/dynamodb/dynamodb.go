@@ -271,7 +271,7 @@ func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched 
 func (b *backend) recover(ctx context.Context, req driver.AcquireRequest, owner, rvn, watched string, refused error) (driver.Lease, error) {
 	out, err := b.get(ctx, req.Name)
 	if err != nil {
-		cause := classify(ctx, "acquire", b.cfg.Table, refused)
+		cause := fmt.Errorf("%w (after a retried write was refused: %v)", classify(ctx, "acquire", b.cfg.Table, err), refused)
 		return nil, b.cleanup(ctx, req, owner, rvn, watched, cause)
 	}
 	if out.Item != nil {
