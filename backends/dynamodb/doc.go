@@ -1,10 +1,9 @@
 // Package dynamodb is the fencelock backend for Amazon DynamoDB (scheme
 // dynamodb://), through aws-sdk-go-v2. It speaks the protocol of the AWS
-// DynamoDB Lock Client (awslabs/amazon-dynamodb-lock-client, and its ports
-// such as cirello-io/dynamolock): a lease is an item whose record version
-// number (a UUID) changes on every heartbeat, and a waiter may take the
-// lock only after watching that version stay unchanged for a whole lease
-// duration. No clock is compared across machines. To that protocol it adds
+// DynamoDB Lock Client (awslabs/amazon-dynamodb-lock-client): a lease is
+// an item whose record version number (a UUID) changes on every heartbeat,
+// and a waiter may take the lock only after watching that version stay
+// unchanged for a whole lease duration. No clock is compared across machines. To that protocol it adds
 // a fencing token that never goes back.
 //
 //	import (
@@ -130,10 +129,15 @@
 // (isReleased = "1"), and its heartbeat and release conditions never match
 // our versions. We read its items (ownerName, recordVersionNumber,
 // leaseDuration, isReleased) the same way; an item it deleted is free, one
-// it marked released is taken at once. A foreign item with a missing or
-// malformed attribute (no recordVersionNumber, a leaseDuration that is not
-// decimal milliseconds, an isReleased other than "1") is an error naming
-// the attribute: it is never taken over. Items with a sort key are
+// it marked released is taken at once. cirello-io/dynamolock uses the
+// same attribute names but writes leaseDuration as a Go duration ("20s"):
+// fencelock reads that form too (and so waits on such locks for their
+// real lease); whether that client reads the milliseconds form fencelock
+// writes was not verified, so test before sharing a table with it. A
+// foreign item with a missing or malformed attribute (no
+// recordVersionNumber, a leaseDuration that is neither milliseconds nor a
+// Go duration, an isReleased other than "1") is an error naming the
+// attribute: it is never taken over. Items with a sort key are
 // another table layout and are not supported (opening checks the schema).
 //
 // # Ambiguous outcomes

@@ -236,7 +236,8 @@ func TestMalformedForeignItems(t *testing.T) {
 			m["recordVersionNumber"] = &types.AttributeValueMemberN{Value: "7"}
 		}},
 		{"leaseDuration", func(m map[string]types.AttributeValue) { delete(m, "leaseDuration") }},
-		{"leaseDuration", func(m map[string]types.AttributeValue) { m["leaseDuration"] = S("20s") }},
+		{"leaseDuration", func(m map[string]types.AttributeValue) { m["leaseDuration"] = S("soon") }},
+		{"leaseDuration", func(m map[string]types.AttributeValue) { m["leaseDuration"] = S("-5") }},
 		{"isReleased", func(m map[string]types.AttributeValue) { m["isReleased"] = S("true") }},
 		{"fence", func(m map[string]types.AttributeValue) { m["fence"] = S("12") }},
 	}
@@ -261,5 +262,29 @@ func TestMalformedForeignItems(t *testing.T) {
 		if gerr != nil || len(out.Item) != len(item) {
 			t.Errorf("case %d: the foreign item was changed: %v %v", i, out.Item, gerr)
 		}
+	}
+}
+
+// TestGoDurationLease: cirello-io/dynamolock writes leaseDuration as a Go
+// duration ("300ms"); fencelock honours it like the milliseconds form.
+func TestGoDurationLease(t *testing.T) {
+	d := testserver.StartDynalite(t)
+	ctx := t.Context()
+	c := open(t, d.URL(), nil)
+	table := tableOf(t, d.URL())
+	key := name(t)
+	S := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	item := map[string]types.AttributeValue{"key": S(key), "ownerName": S("go-client"), "recordVersionNumber": S("v1"), "leaseDuration": S("300ms")}
+	if _, err := native(t, c).PutItem(ctx, &ddb.PutItemInput{TableName: &table, Item: item}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	l, err := c.Acquire(ctx, key, &fencelock.AcquireOptions{Wait: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Fatalf("took over a 300ms lease after %v", took)
 	}
 }

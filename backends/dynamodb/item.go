@@ -132,11 +132,9 @@ func parseItem(key string, item map[string]types.AttributeValue) (lockItem, erro
 	if err != nil {
 		return it, err
 	}
-	ms, perr := strconv.ParseInt(ld, 10, 64)
-	if perr != nil || ms < 0 || ms > int64(366*24*time.Hour/time.Millisecond) {
+	if it.lease, err = parseLease(ld); err != nil {
 		return it, &malformedError{key, attrLease, fmt.Sprintf("a malformed (%q, want decimal milliseconds)", ld)}
 	}
-	it.lease = time.Duration(ms) * time.Millisecond
 	ir, present, err := s(attrReleased, false)
 	if err != nil {
 		return it, err
@@ -157,6 +155,24 @@ func parseItem(key string, item map[string]types.AttributeValue) (lockItem, erro
 		it.fence = f
 	}
 	return it, nil
+}
+
+// parseLease reads a leaseDuration: decimal milliseconds, as the AWS Lock
+// Client writes it, or a Go duration ("20s"), as cirello-io/dynamolock
+// writes it.
+func parseLease(s string) (time.Duration, error) {
+	const most = 366 * 24 * time.Hour
+	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if ms < 0 || ms > int64(most/time.Millisecond) {
+			return 0, fmt.Errorf("lease duration %d ms out of range", ms)
+		}
+		return time.Duration(ms) * time.Millisecond, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 || d > most {
+		return 0, fmt.Errorf("lease duration %q: not milliseconds nor a Go duration", s)
+	}
+	return d, nil
 }
 
 // fenceFrom reads the fence from the attributes an UpdateItem returned.
