@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -67,9 +70,19 @@ func (b *backend) fail(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("zookeeper %s: %w", op, err)
 }
 
+// connLost reports a request that failed because its connection broke:
+// go-zookeeper's ErrConnectionClosed, or the network error of a write it
+// could not make. The server may have applied the request.
+func connLost(err error) bool {
+	var ne net.Error
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.As(err, &ne)
+}
+
 // unavailable reports errors that mean "no server could serve it now".
 func unavailable(err error) bool {
-	return errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrConnectionClosed) ||
+	return errors.Is(err, zk.ErrNoServer) || connLost(err) ||
 		errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrSessionExpired) ||
 		errors.Is(err, zk.ErrSessionMoved) || errors.Is(err, errTimeout)
 }
@@ -77,6 +90,6 @@ func unavailable(err error) bool {
 // uncertain reports errors after which a write may or may not have been
 // applied.
 func uncertain(err error) bool {
-	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, errTimeout) ||
+	return connLost(err) || errors.Is(err, errTimeout) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }

@@ -235,26 +235,21 @@ func (b *backend) createNode(ctx context.Context, s *session, parent, prefix str
 		case err == nil:
 			return p, nil
 		case errors.Is(err, zk.ErrNoNode) && attempt < 5:
-			if err := b.makeParents(ctx, s, parent); err != nil {
+			if err := b.makeParents(ctx, s, parent); err != nil && !(errors.Is(err, driver.ErrUnavailable) && ctx.Err() == nil && attempt < 4) {
 				return "", err
 			}
 			continue
-		case errors.Is(err, zk.ErrConnectionClosed) && ctx.Err() == nil && attempt < 5:
+		case connLost(err) && ctx.Err() == nil && attempt < 5:
 			// The create may have been applied: find our node (Curator's
-			// protected mode), or create it if it is not there.
-			children, cerr := call(b, ctx, func() ([]string, error) {
-				c, _, err := s.conn.Children(parent)
-				return c, err
-			})
-			if cerr == nil {
-				if q := scan(children, prefix); q.ours != "" {
-					return parent + "/" + q.ours, nil
-				}
-				continue
-			}
-			if !errors.Is(cerr, zk.ErrNoNode) {
+			// protected mode) once the session is reconnected, or create
+			// it if it is not there.
+			q, ferr := b.findOurs(ctx, s, parent, prefix)
+			if ferr != nil {
 				b.sweepLater(s, parent, prefix)
 				return "", b.fail(ctx, "create lock node", err)
+			}
+			if q.ours != "" {
+				return parent + "/" + q.ours, nil
 			}
 			continue
 		case errors.Is(err, zk.ErrSessionExpired) && ctx.Err() == nil && attempt < 5:
@@ -263,6 +258,30 @@ func (b *backend) createNode(ctx context.Context, s *session, parent, prefix str
 		// The request timeout ended the call: callLate's late handler
 		// cleans up.
 		return "", b.fail(ctx, "create lock node", err)
+	}
+}
+
+// findOurs reads the queue under parent (a missing parent is an empty
+// queue), retrying while the connection is being re-established, within
+// the request timeout.
+func (b *backend) findOurs(ctx context.Context, s *session, parent, prefix string) (queue, error) {
+	deadline := time.Now().Add(b.timeout)
+	for {
+		children, err := call(b, ctx, func() ([]string, error) {
+			c, _, err := s.conn.Children(parent)
+			return c, err
+		})
+		switch {
+		case err == nil:
+			return scan(children, prefix), nil
+		case errors.Is(err, zk.ErrNoNode):
+			return queue{}, nil
+		case !unavailable(err) || ctx.Err() != nil || time.Now().After(deadline):
+			return queue{}, err
+		}
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			return queue{}, err
+		}
 	}
 }
 
@@ -315,7 +334,7 @@ func (b *backend) leave(ctx context.Context, s *session, p string) {
 func (b *backend) delete(ctx context.Context, s *session, p string) error {
 	del := func() (struct{}, error) { return struct{}{}, s.conn.Delete(p, -1) }
 	_, err := call(b, ctx, del)
-	if err != nil && errors.Is(err, zk.ErrConnectionClosed) && ctx.Err() == nil {
+	if err != nil && connLost(err) && ctx.Err() == nil {
 		if _, err = call(b, ctx, del); errors.Is(err, zk.ErrNoNode) {
 			return nil
 		}
