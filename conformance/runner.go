@@ -55,6 +55,10 @@ type RunOptions struct {
 	// StopOnDeadline stops after the first check that hit its deadline: a
 	// store that stopped answering makes the remaining checks pointless.
 	StopOnDeadline bool
+	// Continue, if set, is called after each check; returning false stops
+	// the run (the CLI re-probes the store after a failure and stops if it
+	// no longer answers).
+	Continue func(Result) bool
 	// Exclude lists checks not to run.
 	Exclude []string
 	// BaseDeadline is the fixed part of each check's deadline (see the
@@ -166,8 +170,11 @@ func RunWith(ctx context.Context, newHarness func(ctx context.Context) (Harness,
 		})
 		rr := Result{Check: c.name, Outcome: r.outcome(), Detail: r.detail(), TimedOut: timedOut, Elapsed: time.Since(start)}
 		res = append(res, rr)
-		fmt.Fprintf(out, "%-4s %-34s %7.2fs  %s\n", strings.ToUpper(rr.Outcome), rr.Check, rr.Elapsed.Seconds(), rr.Detail)
-		if (o != nil && o.FailFast && rr.Outcome == "fail") || (o != nil && o.StopOnDeadline && timedOut) {
+		fmt.Fprintf(out, "%-4s %-38s %7.2fs  %s\n", strings.ToUpper(rr.Outcome), rr.Check, rr.Elapsed.Seconds(), rr.Detail)
+		if o == nil {
+			continue
+		}
+		if (o.FailFast && rr.Outcome == "fail") || (o.StopOnDeadline && timedOut) || (o.Continue != nil && !o.Continue(rr)) {
 			fmt.Fprintf(out, "stopping after %s\n", rr.Check)
 			break
 		}

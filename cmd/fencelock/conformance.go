@@ -2,10 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
+	"strings"
+	"time"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/conformance"
 )
 
@@ -15,6 +22,9 @@ func runConformance(ctx context.Context, args []string) error {
 	sf.register(fs)
 	filter := fs.String("run", "", "run only checks whose name contains this")
 	list := fs.Bool("list", false, "list the checks and exit")
+	failFast := fs.Bool("failfast", false, "stop after the first failing check")
+	probe := fs.Duration("probe-timeout", 10*time.Second, "how long the store may take to answer the first request (Open + TryAcquire + Release) before the run gives up")
+	base := fs.Duration("deadline", conformance.DefaultBaseDeadline, "fixed part of each check's deadline (each check may run this + k×TTL)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -24,16 +34,38 @@ func runConformance(ctx context.Context, args []string) error {
 		}
 		return nil
 	}
-	url, cleanup, err := sf.open(ctx)
+	if *probe <= 0 || *base <= 0 {
+		fmt.Fprintln(os.Stderr, "fencelock conformance: --probe-timeout and --deadline must be positive")
+		return usageError{errors.New("bad duration")}
+	}
+	rawURL, cleanup, err := sf.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	fmt.Printf("conformance suite against %s (lock names under a random fencelock-conformance-* prefix, cleaned up after)\n", url)
-	res := conformance.Run(ctx, func(ctx context.Context) (conformance.Harness, error) {
-		return conformance.NewURLHarness(ctx, url)
-	}, *filter, os.Stdout)
-	var pass, fail, skip int
+	shown := fencelock.RedactURL(rawURL)
+	backend, err := probeStore(ctx, rawURL, *probe)
+	if err != nil {
+		return fmt.Errorf("cannot reach %s: %s", shown, strings.TrimPrefix(scrub(err.Error(), rawURL), "fencelock: "))
+	}
+	fmt.Printf("conformance suite against %s (%s backend; lock names under a random fencelock-conformance-* prefix per check; %s)\n",
+		shown, backend, whatStays(backend))
+	var lost error // the store stopped answering mid-run
+	res := conformance.RunWith(ctx, func(ctx context.Context) (conformance.Harness, error) {
+		return conformance.NewURLHarness(ctx, rawURL)
+	}, &conformance.RunOptions{Filter: *filter, Out: os.Stdout, FailFast: *failFast, StopOnDeadline: true, BaseDeadline: *base,
+		Continue: func(r conformance.Result) bool {
+			if r.Outcome != "fail" {
+				return true
+			}
+			// A failure may be the store going away: check before going on.
+			if _, err := probeStore(ctx, rawURL, *probe); err != nil {
+				lost = fmt.Errorf("%s stopped answering during %s: %s", shown, r.Check, strings.TrimPrefix(scrub(err.Error(), rawURL), "fencelock: "))
+				return false
+			}
+			return true
+		}})
+	var pass, fail, skip, timedOut int
 	for _, r := range res {
 		switch r.Outcome {
 		case "pass":
@@ -43,10 +75,114 @@ func runConformance(ctx context.Context, args []string) error {
 		default:
 			skip++
 		}
+		if r.TimedOut {
+			timedOut++
+		}
 	}
-	fmt.Printf("%d passed, %d failed, %d skipped\n", pass, fail, skip)
-	if fail > 0 {
+	fmt.Printf("%d passed, %d failed, %d skipped", pass, fail, skip)
+	if n := len(conformance.Checks()) - len(res); n > 0 && *filter == "" {
+		fmt.Printf(", %d not run", n)
+	}
+	fmt.Println()
+	switch {
+	case lost != nil:
+		return lost
+	case timedOut > 0:
+		return fmt.Errorf("a conformance check hit its deadline against %s: the store stopped answering or misbehaves; the run stopped there", shown)
+	case fail > 0:
 		return fmt.Errorf("%d conformance check(s) failed", fail)
+	case ctx.Err() != nil:
+		return ctx.Err()
 	}
 	return nil
+}
+
+// probeStore opens the store and takes and releases a throwaway lock,
+// within timeout, and returns the backend's name: an unreachable store is
+// reported once, before any check runs. It returns at most a second after
+// timeout even if the driver is slower to give up (a driver may wait a
+// while to clean up an attempt of unknown outcome); the probe then ends in
+// the background.
+func probeStore(ctx context.Context, rawURL string, timeout time.Duration) (string, error) {
+	type result struct {
+		backend string
+		err     error
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	got := make(chan result, 1)
+	go func() {
+		b, err := probeOnce(ctx, rawURL, timeout)
+		got <- result{b, err}
+	}()
+	grace := time.NewTimer(timeout + time.Second)
+	defer grace.Stop()
+	select {
+	case r := <-got:
+		return r.backend, r.err
+	case <-grace.C:
+		return "", fmt.Errorf("no answer within %v (--probe-timeout)", timeout)
+	}
+}
+
+func probeOnce(ctx context.Context, rawURL string, timeout time.Duration) (backend string, err error) {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	c, err := client(ctx, rawURL, &fencelock.Options{Prefix: "fencelock-conformance-probe-" + hex.EncodeToString(b) + "/", ReleaseTimeout: timeout})
+	if err != nil {
+		return "", probeErr(ctx, timeout, err)
+	}
+	defer c.Close()
+	caps := c.Capabilities()
+	ttl := max(caps.MinTTL, time.Second)
+	if g := caps.TTLGranularity; g > 0 && ttl%g != 0 {
+		ttl = (ttl/g + 1) * g
+	}
+	l, err := c.TryAcquire(ctx, "probe", &fencelock.AcquireOptions{TTL: ttl, AutoRenew: fencelock.Bool(false)})
+	if err != nil {
+		return caps.Backend, probeErr(ctx, timeout, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		return caps.Backend, probeErr(ctx, timeout, err)
+	}
+	return caps.Backend, nil
+}
+
+func probeErr(ctx context.Context, timeout time.Duration, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("no answer within %v (--probe-timeout): %w", timeout, err)
+	}
+	return err
+}
+
+// scrub removes the URL's password from a message (a driver error may
+// quote its connection string).
+func scrub(msg, rawURL string) string {
+	if u, err := url.Parse(rawURL); err == nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
+		}
+	}
+	return msg
+}
+
+// whatStays says what a run leaves in the store, by backend.
+func whatStays(backend string) string {
+	switch backend {
+	case "redis":
+		return "locks are released; one fence counter key per lock name used stays, by design (fences must keep increasing), with no TTL"
+	case "redlock":
+		return "locks are released; one fence counter key per lock name used stays on every primary, by design"
+	case "dynamodb":
+		return "locks are released; one item per lock name used stays, by design: it carries the fence"
+	case "etcd":
+		return "nothing stays: lock keys are deleted on release or with their leases"
+	case "pgadvisory":
+		return "nothing stays: advisory locks end with their release or session"
+	case "zookeeper":
+		return "nothing stays: lock nodes are ephemeral and their parents are container nodes"
+	case "mem":
+		return "nothing stays: the store lives in this process"
+	}
+	return "locks are released; see the backend's package doc for what else stays"
 }

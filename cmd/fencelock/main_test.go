@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"io"
+	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fencelock/conformance"
 )
@@ -92,5 +95,84 @@ func TestBadFlagsAreUsageErrors(t *testing.T) {
 	err = runDemo(context.Background(), []string{"--url", "nosuch://x"})
 	if err == nil || !strings.Contains(err.Error(), "forgotten import") {
 		t.Fatalf("unknown scheme: %v", err)
+	}
+}
+
+func TestConformanceUnreachableStoreOneLine(t *testing.T) {
+	start := time.Now()
+	out, err := capture(t, func() error {
+		return runConformance(context.Background(), []string{"--url", "redis://user:s3cret@127.0.0.1:1/0", "--probe-timeout", "5s"})
+	})
+	if err == nil {
+		t.Fatalf("conformance against a closed port succeeded:\n%s", out)
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "cannot reach redis://user:xxxxx@127.0.0.1:1/0: ") || !strings.Contains(msg, "refused") {
+		t.Errorf("error %q: want one 'cannot reach <redacted url>: ...connection refused'", msg)
+	}
+	if strings.Contains(msg+out, "s3cret") {
+		t.Errorf("the password was printed: %q\n%s", msg, out)
+	}
+	if strings.Contains(out, "PASS") || strings.Contains(out, "FAIL") {
+		t.Errorf("checks ran against an unreachable store:\n%s", out)
+	}
+	if took := time.Since(start); took > 6*time.Second {
+		t.Errorf("took %v to report an unreachable store", took)
+	}
+}
+
+// A store that accepts connections and never answers: the probe gives up
+// within --probe-timeout, before any check runs.
+func TestConformanceSilentStoreProbeTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // read nothing, answer nothing
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	start := time.Now()
+	out, err := capture(t, func() error {
+		return runConformance(context.Background(), []string{"--url", "memrpc://" + ln.Addr().String(), "--probe-timeout", "1s"})
+	})
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "cannot reach memrpc://") || !strings.Contains(err.Error(), "no answer within 1s") {
+		t.Fatalf("got %v, want 'cannot reach ...: no answer within 1s'\n%s", err, out)
+	}
+	if took > 3*time.Second {
+		t.Errorf("took %v with a 1s probe timeout", took)
+	}
+}
+
+func TestConformanceCommandOnMem(t *testing.T) {
+	out, err := capture(t, func() error {
+		return runConformance(context.Background(), []string{"--url", "mem://cli-conformance", "--run", "TryAcquire"})
+	})
+	if err != nil {
+		t.Fatalf("conformance --run TryAcquire on mem://: %v\n%s", err, out)
+	}
+	if strings.Contains(out, "cleaned up after") || !strings.Contains(out, "nothing stays") {
+		t.Errorf("want the header to say what stays in the store:\n%s", out)
+	}
+	if !strings.Contains(out, "PASS TryAcquireFree") || !strings.Contains(out, " 0 failed, 0 skipped") {
+		t.Errorf("want TryAcquire checks passed, none failed or skipped:\n%s", out)
 	}
 }
