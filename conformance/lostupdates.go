@@ -196,7 +196,8 @@ func section(ctx context.Context, lk fencelock.Locker, res guard.Resource, mode 
 // updates (the check has teeth) and claim-first loses none.
 func testLostUpdates(t TB, e *env) {
 	lockers := []fencelock.Locker{e.client(), e.client(), e.client(), e.client()}
-	cfg := LostUpdatesConfig{Name: e.name("counter"), Sections: 40, Workers: 4, StallRate: 0.1, TTL: e.ttl}
+	// Stalls outlast what the store granted, not only what was asked.
+	cfg := LostUpdatesConfig{Name: e.name("counter"), Sections: 40, Workers: 4, StallRate: 0.1, TTL: e.ttl, Stall: e.effTTL() + e.effTTL()/2}
 	for _, m := range Modes {
 		e.waiting("the lost-update experiment, " + m.String())
 		var res guard.Counter

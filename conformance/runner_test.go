@@ -1,0 +1,95 @@
+package conformance
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backends/memory"
+)
+
+type memHarness struct{ s *memory.Store }
+
+func (h memHarness) MakeClient(_ context.Context, o *fencelock.Options) (*fencelock.Client, error) {
+	return memory.New(h.s, o), nil
+}
+func (memHarness) URL() string { return "" }
+func (memHarness) Close()      {}
+
+func newMem(context.Context, TB) (Harness, error) { return memHarness{memory.NewStore()}, nil }
+
+// A check blocked on a lock that is never released fails at its deadline,
+// naming what it waited for, with the goroutines, and its blocking call
+// returns because its ctx is cancelled.
+func TestDeadlineFailsHungCheck(t *testing.T) {
+	c := check{name: "Hung", ttls: 1, run: func(t TB, e *env) {
+		a, b := e.client(), e.client()
+		_, err := a.TryAcquire(e.ctx, "x", opts(longTTL, true))
+		mustNil(t, err, "TryAcquire")
+		e.waiting("a release that never comes")
+		_, err = b.Acquire(e.ctx, "x", nil)
+		mustIs(t, err, context.Canceled, "Acquire at the deadline")
+	}}
+	r := &runT{name: c.name}
+	start := time.Now()
+	timedOut := runCheck(t.Context(), c, r, &RunOptions{BaseDeadline: time.Second}, newMem)
+	took := time.Since(start)
+	if !timedOut || r.outcome() != "fail" {
+		t.Fatalf("timedOut %v, outcome %s: want a failure at the deadline", timedOut, r.outcome())
+	}
+	d := r.detail()
+	t.Logf("the report:\n%s", d)
+	for _, want := range []string{"DEADLINE", "1.4s deadline", "waiting for a release that never comes", "goroutines running fencelock code", "conformance.TestDeadlineFailsHungCheck"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("report lacks %q:\n%s", want, d)
+		}
+	}
+	if strings.Contains(d, "abandoned") {
+		t.Errorf("the check's Acquire did not return when its ctx was cancelled:\n%s", d)
+	}
+	// 1s base + 1×400ms, and the check returns at once when cancelled.
+	if took < 1400*time.Millisecond || took > 3*time.Second {
+		t.Errorf("runCheck returned after %v; want just past the 1.4s deadline", took)
+	}
+}
+
+// A check that ignores its ctx is abandoned after the grace period: the
+// runner moves on.
+func TestDeadlineAbandonsCheckIgnoringCtx(t *testing.T) {
+	old := deadlineGrace
+	deadlineGrace = 200 * time.Millisecond
+	defer func() { deadlineGrace = old }()
+	release := make(chan struct{})
+	defer close(release)
+	c := check{name: "Deaf", ttls: 1, run: func(t TB, e *env) {
+		e.waiting("a channel nobody closes")
+		<-release
+	}}
+	r := &runT{name: c.name}
+	start := time.Now()
+	if !runCheck(t.Context(), c, r, &RunOptions{BaseDeadline: 500 * time.Millisecond}, newMem) {
+		t.Fatalf("no deadline reported")
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("runCheck returned after %v; want about 0.9s deadline + 0.2s grace", took)
+	}
+	if d := r.detail(); !strings.Contains(d, "abandoned") || !strings.Contains(d, "a channel nobody closes") {
+		t.Errorf("report: %s", d)
+	}
+}
+
+// RunWith runs exactly the checks selected.
+func TestRunWithOptionsSelectChecks(t *testing.T) {
+	res := RunWith(t.Context(), func(context.Context) (Harness, error) { return memHarness{memory.NewStore()}, nil },
+		&RunOptions{Checks: []string{"TryAcquireFree", "DoubleRelease", "InvalidInput"}, Exclude: []string{"InvalidInput"}})
+	if len(res) != 2 || res[0].Check != "TryAcquireFree" || res[1].Check != "DoubleRelease" {
+		t.Fatalf("ran %v, want TryAcquireFree and DoubleRelease", res)
+	}
+	for _, r := range res {
+		if r.Outcome != "pass" {
+			t.Errorf("%s: %s %s", r.Check, r.Outcome, r.Detail)
+		}
+	}
+}
