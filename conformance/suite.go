@@ -1,14 +1,25 @@
 // Package conformance is the shared behavioural suite every fencelock
 // backend passes, and that anyone can run against their own store: from a
 // test (RunConformanceTests with a Harness, or URLHarness for a deployed
-// store) or from the CLI (`fencelock conformance --url URL`, which uses Run).
+// store) or from the CLI (`fencelock conformance --url URL`, which uses
+// RunWith).
 //
 // Checks drive the portable *fencelock.Client and *fencelock.Lease, so they
 // test what users see. Each check gets a fresh Harness and unique lock names
 // under a random prefix, and releases what it takes, so the suite is safe to
-// run on a shared production cluster. The backend's Capabilities decide the
-// TTLs used and which checks apply; optional Harness hooks (Expirer,
-// SessionKiller, URL for the process-freeze check) enable more checks.
+// run on a shared production cluster (what a backend keeps by design, such
+// as Redis fence keys, stays). The backend's Capabilities and the TTL the
+// store actually grants (Lease.StoreTTL) decide the TTLs and waits used;
+// optional Harness hooks (Expirer, SessionKiller, PromptLoss,
+// RenewalStaller, URL for the process-freeze check) enable more checks.
+// The URL harness takes Expirer and SessionKiller from the backend's
+// driver.Admin, so a deployed store gets the loss checks too.
+//
+// The suite never hangs: every check runs under its own deadline (see
+// "Per-check deadline" in runner.go) and fails naming what it was waiting
+// for, with a goroutine dump. It has teeth: mutants_test.go runs it against
+// the mem:// driver with one deliberate defect at a time, and every
+// mutant must fail it.
 package conformance
 
 import (
