@@ -53,6 +53,14 @@ const (
 // Release whose ctx has no deadline.
 const cleanupTimeout = 2 * time.Second
 
+// answerWait is the least time an acquire gives the primaries to answer
+// (see TryAcquire).
+const answerWait = time.Second
+
+// closeGrace is how long Close lets calls in flight finish before it
+// closes the go-redis clients under them.
+const closeGrace = time.Second
+
 // voidLifetime is how long an abandoned attempt's token stays void on a
 // primary that never answered the acquire request.
 const voidLifetime = 5 * time.Minute
@@ -122,6 +130,42 @@ type backend struct {
 
 	mu     sync.Mutex
 	closed bool
+	gates  map[string]*gate // lock key → this client's attempt in flight
+}
+
+// gate marks an acquire attempt in flight; done is closed when it ends.
+//
+// One Client makes at most one attempt at a time per lock: a second one
+// would only split the primaries' votes with the first (neither gets a
+// majority, both abandon, both retry), which is what makes Redlock crawl
+// under contention. A concurrent TryAcquire reports ErrNotAcquired at
+// once, and a waiting Acquire's Wait waits for the attempt to end.
+type gate struct{ done chan struct{} }
+
+// enter registers an attempt on key, or returns nil if one is in flight.
+func (b *backend) enter(key string) *gate {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.gates[key] != nil {
+		return nil
+	}
+	g := &gate{done: make(chan struct{})}
+	b.gates[key] = g
+	return g
+}
+
+func (b *backend) exit(key string, g *gate) {
+	b.mu.Lock()
+	delete(b.gates, key)
+	b.mu.Unlock()
+	close(g.done)
+}
+
+// inFlight returns the gate of an attempt in flight on key, or nil.
+func (b *backend) inFlight(key string) *gate {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.gates[key]
 }
 
 var (
@@ -132,7 +176,7 @@ var (
 )
 
 func newBackend(clients []*goredis.Client, owns bool) *backend {
-	b := &backend{quorum: len(clients)/2 + 1, owns: owns}
+	b := &backend{quorum: len(clients)/2 + 1, owns: owns, gates: map[string]*gate{}}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	for _, c := range clients {
 		b.nodes = append(b.nodes, &node{addr: c.Options().Addr, c: c, hub: newHub(c)})
@@ -157,6 +201,11 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	if !utf8.ValidString(req.Name) {
 		return nil, fmt.Errorf("%w: lock key %q is not valid UTF-8 (check Options.Prefix): redlock keeps its companion keys among the invalid-UTF-8 keys", driver.ErrInvalid, req.Name)
 	}
+	g := b.enter(req.Name)
+	if g == nil {
+		return nil, fmt.Errorf("%w: another acquire attempt on this lock from the same Client is in flight", driver.ErrNotAcquired)
+	}
+	defer b.exit(req.Name, g)
 	start := time.Now()
 	validity := req.TTL - drift(req.TTL)
 	n, q := len(b.nodes), b.quorum
@@ -164,7 +213,12 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	at := newAttempt(n)
 	args := []any{req.Token, millis(req.TTL)}
 	lockKeys := []string{k.lock, k.fence, k.void(req.Token)}
-	replies := b.fan(start.Add(validity), all(n), func(ctx context.Context, i int) (int64, int64, error) {
+	// Primaries get at least answerWait to answer, even when the validity
+	// is shorter: a grant that comes too late is refused below (and the
+	// caller may retry), while a primary that does not answer within
+	// answerWait counts as unavailable.
+	callDeadline := start.Add(max(validity, answerWait))
+	replies := b.fan(callDeadline, all(n), func(ctx context.Context, i int) (int64, int64, error) {
 		res, err := acquireScript.Run(ctx, b.nodes[i].c, lockKeys, args...).Int64Slice()
 		if err == nil && len(res) != 2 {
 			err = fmt.Errorf("acquire script returned %v, want {granted, value}", res)
@@ -231,7 +285,7 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 		}
 	}
 	if stored < q {
-		wb := b.fan(start.Add(validity), behind, func(ctx context.Context, i int) (int64, int64, error) {
+		wb := b.fan(callDeadline, behind, func(ctx context.Context, i int) (int64, int64, error) {
 			v, err := writebackScript.Run(ctx, b.nodes[i].c, []string{k.lock, k.fence}, req.Token, fence).Int64()
 			return v, 0, err
 		})
@@ -341,6 +395,10 @@ func (b *backend) abandon(req driver.AcquireRequest, k keys, at *attempt, cause 
 // As sets *target to the go-redis clients, one per primary, for target
 // type *[]*goredis.Client.
 func (b *backend) As(target any) bool {
+	if t, ok := target.(**backend); ok { // tests (export_test.go)
+		*t = b
+		return true
+	}
 	if t, ok := target.(*[]*goredis.Client); ok {
 		cs := make([]*goredis.Client, len(b.nodes))
 		for i, nd := range b.nodes {
@@ -375,6 +433,15 @@ func (b *backend) Close() error {
 	}
 	if !b.owns {
 		return nil
+	}
+	// Calls still in flight (the background end of a decided fan-out) end
+	// within milliseconds on live primaries; one stuck on a frozen primary
+	// is ended by closing its client.
+	idle := make(chan struct{})
+	go func() { b.bg.Wait(); close(idle) }()
+	select {
+	case <-idle:
+	case <-time.After(closeGrace):
 	}
 	var errs []error
 	for _, nd := range b.nodes {

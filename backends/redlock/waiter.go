@@ -25,6 +25,16 @@ import (
 // primaries and publishes on each, and any majority meets the confirmed
 // one. A frozen or dead primary never confirms and is simply not needed.
 func (b *backend) Wait(ctx context.Context, name string) error {
+	if g := b.inFlight(name); g != nil {
+		// This Client's own attempt decides first (see gate).
+		select {
+		case <-g.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-b.ctx.Done():
+			return driver.ErrClosed
+		}
+	}
 	k := keysFor(name)
 	n, q := len(b.nodes), b.quorum
 	wake := make(chan struct{}, 1)

@@ -1,0 +1,20 @@
+package redlock
+
+import "github.com/fencelock/fencelock"
+
+// Test hooks for the external test package.
+
+// FenceKey and VoidKey are the companion keys of the lock key lock.
+func FenceKey(lock string) string { return keysFor(lock).fence }
+
+func VoidKey(lock, token string) string { return keysFor(lock).void(token) }
+
+// Idle waits until the client's calls still in flight in the background
+// (the tail of decided fan-outs, abandons of frozen primaries) have ended.
+func Idle(c *fencelock.Client) {
+	var b *backend
+	if !c.As(&b) {
+		panic("not a redlock client")
+	}
+	b.bg.Wait()
+}
