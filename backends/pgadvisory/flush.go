@@ -3,6 +3,7 @@ package pgadvisory
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,7 +30,8 @@ type flusher struct {
 	warmed  bool // warm ran once
 	wg      sync.WaitGroup
 
-	conn *pgx.Conn // used by the running round only; closed by close
+	conn *pgx.Conn     // used by the running round only; closed by close
+	pidv atomic.Uint32 // server PID of conn, for KillSessions
 }
 
 // flushTimeout bounds one round, connecting included.
@@ -91,6 +93,7 @@ func (f *flusher) warm() {
 		ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 		if c, err := f.connect(ctx); err == nil {
 			f.conn = c
+			f.pidv.Store(c.PgConn().PID())
 		}
 		cancel()
 		f.loop()
@@ -131,6 +134,7 @@ func (f *flusher) round(ctx context.Context) error {
 				return err
 			}
 			f.conn, fresh = c, true
+			f.pidv.Store(c.PgConn().PID())
 		}
 		err := f.conn.PgConn().Exec(ctx, "SELECT pg_logical_emit_message(true, 'fencelock', '')").Close()
 		if err == nil {
@@ -144,11 +148,28 @@ func (f *flusher) round(ctx context.Context) error {
 	}
 }
 
+// pid is the server PID of the flush connection, or 0.
+func (f *flusher) pid() uint32 { return f.pidv.Load() }
+
 // connect opens a connection with the pool's settings and hooks, with
 // synchronous_commit not off (else the commit would not wait for the WAL
 // flush that makes the fence durable).
 func (f *flusher) connect(ctx context.Context) (*pgx.Conn, error) {
-	pc := f.pool.Config()
+	c, err := connectLike(ctx, f.pool)
+	if err != nil {
+		return nil, err
+	}
+	err = c.PgConn().Exec(ctx, "SELECT set_config('synchronous_commit', 'local', false) WHERE current_setting('synchronous_commit') = 'off'").Close()
+	if err != nil {
+		_ = c.Close(ctx)
+		return nil, err
+	}
+	return c, nil
+}
+
+// connectLike opens a connection outside pool with its settings and hooks.
+func connectLike(ctx context.Context, pool *pgxpool.Pool) (*pgx.Conn, error) {
+	pc := pool.Config()
 	cc := pc.ConnConfig
 	if pc.BeforeConnect != nil {
 		if err := pc.BeforeConnect(ctx, cc); err != nil {
@@ -164,11 +185,6 @@ func (f *flusher) connect(ctx context.Context) (*pgx.Conn, error) {
 			_ = c.Close(ctx)
 			return nil, err
 		}
-	}
-	err = c.PgConn().Exec(ctx, "SELECT set_config('synchronous_commit', 'local', false) WHERE current_setting('synchronous_commit') = 'off'").Close()
-	if err != nil {
-		_ = c.Close(ctx)
-		return nil, err
 	}
 	return c, nil
 }

@@ -40,9 +40,11 @@ type lease struct {
 	depth    int           // savepoints open through Tx
 	ended    error         // why the lease ended (lost or released), nil while held
 	released bool          // ended by Release
+	renewed  time.Time     // send time of the last statement that restarted the server's idle timer
 
-	txMu sync.Mutex
-	tx   *leaseTx // the Tx handed out, if any
+	txMu     sync.Mutex
+	tx       *leaseTx                        // the Tx handed out, if any
+	portable atomic.Pointer[fencelock.Lease] // bound by Tx: the portable lease
 
 	ncMu sync.Mutex
 	nc   net.Conn // the socket while the lease owns pc, for breakConn
@@ -51,10 +53,11 @@ type lease struct {
 var (
 	_ driver.Lease        = (*lease)(nil)
 	_ driver.LossNotifier = (*lease)(nil)
+	_ driver.Aser         = (*lease)(nil)
 )
 
-func newLease(b *backend, pc *pgxpool.Conn, key string, lock int64, fence uint64, ms int64) *lease {
-	return &lease{b: b, key: key, lock: lock, fence: fence, pc: pc, ms: ms,
+func newLease(b *backend, pc *pgxpool.Conn, key string, lock int64, fence uint64, ms int64, sent time.Time) *lease {
+	return &lease{b: b, key: key, lock: lock, fence: fence, pc: pc, ms: ms, renewed: sent,
 		sem: make(chan struct{}, 1), lost: make(chan struct{}), conn: pc.Conn(), nc: pc.Conn().PgConn().Conn()}
 }
 
@@ -116,9 +119,10 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 		}
 		sql = "SELECT set_config('idle_in_transaction_session_timeout', '" + strconv.FormatInt(ms, 10) + "', true)"
 	}
-	err = pg.Exec(ctx, sql).Close()
+	sent := time.Now()
+	_, err = execDetached(ctx, pg, sql)
 	if err == nil {
-		l.ms = ms
+		l.ms, l.renewed = ms, sent
 		return nil
 	}
 	if !pg.IsClosed() && !fatal(err) && pg.TxStatus() != 'I' {
@@ -174,7 +178,6 @@ func (l *lease) loseLocked(why string, cause error) error {
 // about to go back to the pool). Callers hold sem.
 func (l *lease) finish() {
 	l.done.Store(true)
-	unregister(l)
 	l.b.watch.remove(l)
 	l.ncMu.Lock()
 	l.nc = nil
@@ -253,13 +256,32 @@ func (l *lease) txState() (used, stale bool) {
 	if t == nil {
 		return false, false
 	}
-	p := t.portable
-	return true, p.Err() != nil || !time.Now().Before(p.ValidUntil())
+	if p := l.portable.Load(); p != nil {
+		return true, p.Err() != nil || !time.Now().Before(p.ValidUntil())
+	}
+	return true, !time.Now().Before(l.localDeadline())
+}
+
+// localDeadline is, for a Tx obtained with Lease.As and not bound to its
+// portable lease by Tx, a conservative stand-in for the portable lease's
+// validity deadline: the last renewal's send time plus the TTL, less twice
+// the portable layer's default drift (2 ms + 1% of the TTL). Callers hold
+// sem.
+func (l *lease) localDeadline() time.Time {
+	ttl := time.Duration(l.ms) * time.Millisecond
+	return l.renewed.Add(ttl - 2*(2*time.Millisecond+ttl/100))
 }
 
 // abandon ends the lease without a word to the server beyond closing the
-// connection (a failed grant, a closing backend).
-func (l *lease) abandon() {
+// connection (a closing backend).
+func (l *lease) abandon() { l.abandonWith(discard) }
+
+// abandonConfirmed ends the lease with a ROLLBACK whose reply confirms that
+// the lock is free before it returns (closing the connection only if that
+// fails): for a grant that fails, whose caller must find nothing held.
+func (l *lease) abandonConfirmed() { l.abandonWith(rollback) }
+
+func (l *lease) abandonWith(free func(*pgxpool.Conn)) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	if l.acquire(ctx) != nil {
@@ -274,7 +296,7 @@ func (l *lease) abandon() {
 	l.pc = nil
 	l.ended = fmt.Errorf("%w: pgadvisory: %w", driver.ErrLeaseLost, driver.ErrClosed)
 	l.finish()
-	discard(pc)
+	free(pc)
 }
 
 // breakConn closes the lease's socket without taking sem (a statement is in
@@ -339,52 +361,4 @@ func resultErr(rs []*pgconn.Result, want, cols int) error {
 		return fmt.Errorf("pgadvisory: got an unexpected result shape %v", last.Rows)
 	}
 	return nil
-}
-
-// registry maps fences to live leases, for Tx (the portable Lease does not
-// expose its driver lease). Fences are transaction IDs, unique per
-// PostgreSQL cluster; leases of different clusters that share one are told
-// apart by name, and Tx refuses if that is still ambiguous.
-var registry = struct {
-	sync.Mutex
-	m map[uint64][]*lease
-}{m: map[uint64][]*lease{}}
-
-func register(l *lease) {
-	registry.Lock()
-	registry.m[l.fence] = append(registry.m[l.fence], l)
-	registry.Unlock()
-}
-
-func unregister(l *lease) {
-	registry.Lock()
-	defer registry.Unlock()
-	ls := registry.m[l.fence]
-	for i, x := range ls {
-		if x == l {
-			ls = append(ls[:i], ls[i+1:]...)
-			break
-		}
-	}
-	if len(ls) == 0 {
-		delete(registry.m, l.fence)
-	} else {
-		registry.m[l.fence] = ls
-	}
-}
-
-// lookup finds the live driver lease behind p.
-func lookup(p *fencelock.Lease) *lease {
-	registry.Lock()
-	defer registry.Unlock()
-	var found *lease
-	for _, l := range registry.m[uint64(p.Fence())] {
-		if len(l.key) >= len(p.Name()) && l.key[len(l.key)-len(p.Name()):] == p.Name() {
-			if found != nil {
-				return nil // ambiguous
-			}
-			found = l
-		}
-	}
-	return found
 }

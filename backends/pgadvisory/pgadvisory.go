@@ -148,11 +148,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelock/fencelock"
@@ -176,7 +178,24 @@ type Config struct {
 	// server crash (see the package doc), saving one round trip per grant.
 	// Capabilities then declare FenceBestEffort. URL: fence_flush=false.
 	NoFenceFlush bool
+	// ConnTimeout bounds the wait for a free connection of the pool (every
+	// held lease and every waiting Acquire keeps one checked out). Past it
+	// the attempt fails with an error wrapping ErrUnavailable that says the
+	// pool is exhausted, even under context.Background(); a ctx that ends
+	// sooner ends the wait sooner. Default DefaultConnTimeout.
+	// URL: conn_timeout=2s.
+	ConnTimeout time.Duration
+	// MaxWaitConns caps the pool connections that blocked Acquires may
+	// keep while they wait in the server's queue, so that waiters on busy
+	// names never take every connection from unrelated names. An Acquire
+	// that finds the cap reached polls with TryAcquire (granted at once if
+	// the name is free) until a waiting slot frees. Default: half the
+	// pool's MaxConns, at least 1. URL: max_wait_conns=N.
+	MaxWaitConns int
 }
+
+// DefaultConnTimeout is Config.ConnTimeout's default.
+const DefaultConnTimeout = 5 * time.Second
 
 // New returns a Client that takes its locks in the PostgreSQL database of
 // pool. opts may be nil. New panics if pool is nil.
@@ -205,19 +224,32 @@ type backend struct {
 	flush *flusher // nil with Config.NoFenceFlush
 	watch *watcher
 
-	mu     sync.Mutex
-	closed bool
-	ops    sync.WaitGroup // acquires in flight
+	connTimeout time.Duration
+	waitSlots   chan struct{} // one per blocked Acquire holding a connection (Config.MaxWaitConns)
+
+	mu      sync.Mutex
+	closed  bool
+	ops     sync.WaitGroup             // acquires in flight
+	waiting map[*pgxpool.Conn]struct{} // connections of blocked Acquires, for KillSessions
 }
 
 var (
 	_ driver.Backend = (*backend)(nil)
 	_ driver.Blocker = (*backend)(nil)
 	_ driver.Aser    = (*backend)(nil)
+	_ driver.Admin   = (*backend)(nil)
 )
 
 func newBackend(pool *pgxpool.Pool, owns bool, cfg *Config) *backend {
-	b := &backend{pool: pool, owns: owns, watch: newWatcher()}
+	b := &backend{pool: pool, owns: owns, watch: newWatcher(), connTimeout: DefaultConnTimeout, waiting: map[*pgxpool.Conn]struct{}{}}
+	waiters := max(1, int(pool.Config().MaxConns)/2)
+	if cfg != nil && cfg.ConnTimeout > 0 {
+		b.connTimeout = cfg.ConnTimeout
+	}
+	if cfg != nil && cfg.MaxWaitConns > 0 {
+		waiters = cfg.MaxWaitConns
+	}
+	b.waitSlots = make(chan struct{}, waiters)
 	b.caps = driver.Capabilities{
 		Backend:        "pgadvisory",
 		Fence:          driver.FenceStrict,
@@ -284,18 +316,66 @@ func (b *backend) begin() bool {
 	return true
 }
 
-// conn takes a connection from the pool.
+// conn takes a connection from the pool, waiting at most the connection
+// timeout. A pool with every connection checked out (by held leases and
+// waiting acquires) yields an error wrapping ErrUnavailable that says so
+// (and ctx's error too if ctx ended first).
 func (b *backend) conn(ctx context.Context) (*pgxpool.Conn, error) {
-	pc, err := b.pool.Acquire(ctx)
-	if err != nil {
-		return nil, storeErr(ctx, "get a connection from the pool", err)
+	actx, cancel := context.WithTimeoutCause(ctx, b.connTimeout, errConnTimeout)
+	defer cancel()
+	pc, err := b.pool.Acquire(actx)
+	if err == nil {
+		return pc, nil
 	}
-	return pc, nil
+	st := b.pool.Stat()
+	if actx.Err() != nil && st.AcquiredConns() >= st.MaxConns() {
+		b.mu.Lock()
+		w := len(b.waiting)
+		b.mu.Unlock()
+		exhausted := fmt.Errorf("%w: pgadvisory: no free connection in the pool: all %d are checked out (%d by held leases, %d by waiting acquires, the rest by other users of the pool); raise pool_max_conns (or Config.ConnTimeout), or hold fewer locks at once",
+			driver.ErrUnavailable, st.MaxConns(), b.watch.len(), w)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w (%w)", ctxErr(ctx), exhausted)
+		}
+		return nil, exhausted
+	}
+	return nil, storeErr(ctx, "get a connection from the pool", err)
 }
 
+// errConnTimeout is the cause of a wait for a pool connection that ran out.
+var errConnTimeout = errors.New("pgadvisory: connection timeout")
+
 // cleanupTimeout bounds the ROLLBACK or close that frees a connection after
-// a failed or cancelled acquire, on a context detached from the caller's.
+// a failed or cancelled acquire, on a context detached from the caller's,
+// and how long a statement may still run after its caller's ctx ended (see
+// execDetached).
 const cleanupTimeout = 2 * time.Second
+
+// execDetached runs sql on pg and reads every result. The statement is not
+// interrupted when ctx ends (pgx would close the connection: a lease's
+// connection, or one whose lock grant would then be unknown): it gets
+// cleanupTimeout more to answer, and only then is the connection broken.
+// The caller checks ctx.Err() afterwards.
+func execDetached(ctx context.Context, pg *pgconn.PgConn, sql string) ([]*pgconn.Result, error) {
+	execCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	var t *time.Timer
+	var mu sync.Mutex
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		t = time.AfterFunc(cleanupTimeout, cancel)
+		mu.Unlock()
+	})
+	defer func() {
+		stop()
+		mu.Lock()
+		if t != nil {
+			t.Stop()
+		}
+		mu.Unlock()
+	}()
+	return pg.Exec(execCtx, sql).ReadAll()
+}
 
 // discard closes pc's connection (the server ends its transaction and frees
 // any lock in it) and returns it to the pool, which drops it.
@@ -347,22 +427,34 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	if b.flush != nil {
 		b.flush.warm()
 	}
+	sent := time.Now()
 	sql := "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '" + strconv.FormatInt(ms, 10) +
 		"', true), CASE WHEN pg_try_advisory_xact_lock(" + strconv.FormatInt(key, 10) + ") THEN pg_current_xact_id()::text END"
-	rs, err := pc.Conn().PgConn().Exec(ctx, sql).ReadAll()
+	rs, err := execDetached(ctx, pc.Conn().PgConn(), sql)
 	if err == nil {
 		err = resultErr(rs, 2, 2)
 	}
 	if err != nil {
 		discard(pc)
-		return nil, storeErr(ctx, "try to take the lock", err)
+		err = storeErr(ctx, "try to take the lock", err)
+		if ctx.Err() != nil {
+			// No reply within cleanupTimeout after ctx ended: the server
+			// frees the lock when it notices the closed connection.
+			err = fmt.Errorf("%w: %w", driver.ErrIndeterminate, err)
+		}
+		return nil, err
 	}
 	fv := rs[1].Rows[0][1]
 	if fv == nil {
 		rollback(pc)
 		return nil, fmt.Errorf("%w (advisory lock key %d is held by another session)", driver.ErrNotAcquired, key)
 	}
-	l, err := b.grant(ctx, pc, req, key, fv, ms)
+	if ctx.Err() != nil {
+		// Granted, but the caller has gone: free it, confirmed.
+		rollback(pc)
+		return nil, ctxErr(ctx)
+	}
+	l, err := b.grant(ctx, pc, req, key, fv, ms, sent)
 	if err != nil {
 		return nil, err
 	}
@@ -380,6 +472,10 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return nil, time.Time{}, driver.ErrClosed
 	}
 	defer b.ops.Done()
+	if l, sent, err := b.waitSlot(ctx, req); l != nil || err != nil {
+		return l, sent, err
+	}
+	defer func() { <-b.waitSlots }()
 	for attempt := 1; ; attempt++ {
 		l, sent, err := b.acquireOnce(ctx, req, ms)
 		if errors.Is(err, errCutBeforeReturn) && ctx.Err() == nil && attempt < maxCutRetries {
@@ -392,6 +488,45 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return nil, time.Time{}, err
 		}
 		return l, sent, nil
+	}
+}
+
+// Poll intervals of an Acquire that waits for a waiting slot.
+const (
+	slotPollMin = 5 * time.Millisecond
+	slotPollMax = 250 * time.Millisecond
+)
+
+// waitSlot takes one of the Config.MaxWaitConns waiting slots (all
+// results zero). While every slot is in use it polls with TryAcquire
+// instead, so a free name is granted at once whatever other names' waiters
+// do: then it returns that grant and the time its request was sent.
+// Otherwise it returns the error that ended the wait.
+func (b *backend) waitSlot(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
+	select {
+	case b.waitSlots <- struct{}{}:
+		return nil, time.Time{}, nil
+	default:
+	}
+	for delay := slotPollMin; ; delay = min(2*delay, slotPollMax) {
+		sent := time.Now()
+		l, err := b.TryAcquire(ctx, req)
+		if err == nil {
+			return l, sent, nil
+		}
+		if !errors.Is(err, driver.ErrNotAcquired) {
+			return nil, time.Time{}, err
+		}
+		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+		select {
+		case b.waitSlots <- struct{}{}:
+			t.Stop()
+			return nil, time.Time{}, nil
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, time.Time{}, ctxErr(ctx)
+		}
 	}
 }
 
@@ -414,6 +549,14 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 	if b.flush != nil {
 		b.flush.warm()
 	}
+	b.mu.Lock()
+	b.waiting[pc] = struct{}{}
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		delete(b.waiting, pc)
+		b.mu.Unlock()
+	}()
 	pg := pc.Conn().PgConn()
 	var sb strings.Builder
 	sb.WriteString("BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '")
@@ -480,7 +623,7 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 		discard(pc)
 		return nil, time.Time{}, storeErr(ctx, "wait for the lock", err)
 	}
-	l, err := b.grant(ctx, pc, req, key, rs[3].Rows[0][2], ms)
+	l, err := b.grant(ctx, pc, req, key, rs[3].Rows[0][2], ms, sent)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -511,20 +654,19 @@ const (
 
 // grant turns a granted transaction into a lease: it parses the fence,
 // makes it durable, and starts watching the connection.
-func (b *backend) grant(ctx context.Context, pc *pgxpool.Conn, req driver.AcquireRequest, key int64, fv []byte, ms int64) (*lease, error) {
+func (b *backend) grant(ctx context.Context, pc *pgxpool.Conn, req driver.AcquireRequest, key int64, fv []byte, ms int64, sent time.Time) (*lease, error) {
 	fence, err := strconv.ParseInt(string(fv), 10, 64)
 	if err != nil || fence <= 0 {
 		discard(pc)
 		return nil, fmt.Errorf("pgadvisory: pg_current_xact_id() returned %q, not a positive int64", fv)
 	}
-	l := newLease(b, pc, req.Name, key, uint64(fence), ms)
+	l := newLease(b, pc, req.Name, key, uint64(fence), ms, sent)
 	if b.flush != nil {
 		if err := b.flush.wait(ctx); err != nil {
-			l.abandon()
+			l.abandonConfirmed()
 			return nil, storeErr(ctx, "make the fence durable (pg_logical_emit_message)", err)
 		}
 	}
-	register(l)
 	b.watch.add(l)
 	return l, nil
 }

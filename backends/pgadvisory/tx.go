@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // ErrTxOwned is returned by Commit and Rollback of the transaction Tx
@@ -57,25 +59,45 @@ func Tx(l *fencelock.Lease) (pgx.Tx, bool) {
 	if l == nil || l.Err() != nil {
 		return nil, false
 	}
-	dl := lookup(l)
-	if dl == nil {
+	var tx pgx.Tx
+	if !l.As(&tx) {
 		return nil, false
 	}
-	dl.txMu.Lock()
-	defer dl.txMu.Unlock()
-	if dl.tx == nil {
-		dl.tx = &leaseTx{l: dl, portable: l, conn: dl.conn}
+	t, ok := tx.(*leaseTx)
+	if !ok {
+		return nil, false
 	}
-	return dl.tx, true
+	t.l.portable.CompareAndSwap(nil, l)
+	return tx, t.l.portable.Load() == l
+}
+
+// As implements driver.Aser for Lease.As. Supported target: *pgx.Tx, set
+// to the lease's own transaction (the Tx that Tx returns, with the same
+// rules) while the lease is held. Prefer Tx(lease): it also binds the Tx to
+// the portable lease, so that Release rolls back the writes of a lease the
+// portable layer reported lost. A Tx taken only through As stands in for
+// that with its own deadline: the last renewal's send time plus the TTL,
+// less twice the default drift (Options.DriftFactor 0.01 and 2 ms).
+func (l *lease) As(target any) bool {
+	p, ok := target.(*pgx.Tx)
+	if !ok || l.done.Load() {
+		return false
+	}
+	l.txMu.Lock()
+	defer l.txMu.Unlock()
+	if l.tx == nil {
+		l.tx = &leaseTx{l: l, conn: l.conn}
+	}
+	*p = l.tx
+	return true
 }
 
 // leaseTx is the pgx.Tx Tx hands out (sp == 0) or a savepoint in it.
 type leaseTx struct {
-	l        *lease
-	portable *fencelock.Lease
-	conn     *pgx.Conn
-	sp       int64 // 0: the lease's transaction; else the savepoint number
-	closed   bool  // savepoint released or rolled back; guarded by l.sem
+	l      *lease
+	conn   *pgx.Conn
+	sp     int64 // 0: the lease's transaction; else the savepoint number
+	closed bool  // savepoint released or rolled back; guarded by l.sem
 }
 
 var _ pgx.Tx = (*leaseTx)(nil)
@@ -89,8 +111,10 @@ func (t *leaseTx) enter(ctx context.Context) (*pgx.Conn, error) {
 	switch {
 	case t.l.ended != nil:
 		err = fmt.Errorf("%w: %w", pgx.ErrTxClosed, t.l.ended)
-	case t.portable.Err() != nil:
-		err = fmt.Errorf("%w: %w", pgx.ErrTxClosed, t.portable.Err())
+	case t.l.portable.Load() != nil && t.l.portable.Load().Err() != nil:
+		err = fmt.Errorf("%w: %w", pgx.ErrTxClosed, t.l.portable.Load().Err())
+	case t.l.portable.Load() == nil && !time.Now().Before(t.l.localDeadline()):
+		err = fmt.Errorf("%w: %w: the lease's validity deadline passed", pgx.ErrTxClosed, driver.ErrLeaseLost)
 	case t.closed:
 		err = pgx.ErrTxClosed
 	default:
@@ -127,7 +151,7 @@ func (t *leaseTx) Begin(ctx context.Context) (pgx.Tx, error) {
 		return nil, err
 	}
 	t.l.depth++
-	return &leaseTx{l: t.l, portable: t.portable, conn: t.conn, sp: n}, nil
+	return &leaseTx{l: t.l, conn: t.conn, sp: n}, nil
 }
 
 // Commit releases a savepoint; on the lease's transaction it returns

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -34,6 +35,8 @@ func init() {
 // Query parameters, besides fencelock's own prefix, ttl and wait:
 //
 //	fence_flush=false   Config.NoFenceFlush (default true)
+//	conn_timeout=5s     Config.ConnTimeout: longest wait for a pool connection
+//	max_wait_conns=N    Config.MaxWaitConns: pool connections blocked Acquires may keep
 //	pgx and pgxpool parameters: sslmode, sslrootcert, connect_timeout,
 //	    target_session_attrs, pool_max_conns, pool_min_conns,
 //	    default_query_exec_mode, ... (see pgconn.ParseConfig and
@@ -94,6 +97,22 @@ func (o *URLOpener) config(u *url.URL) (*pgxpool.Config, *Config, error) {
 		cfg.NoFenceFlush = !on
 		q.Del("fence_flush")
 	}
+	if v, ok := q["conn_timeout"]; ok {
+		d, err := time.ParseDuration(v[0])
+		if err != nil || d <= 0 {
+			return nil, nil, fmt.Errorf("%w: query parameter conn_timeout=%q: want a positive Go duration such as 2s", driver.ErrInvalid, v[0])
+		}
+		cfg.ConnTimeout = d
+		q.Del("conn_timeout")
+	}
+	if v, ok := q["max_wait_conns"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n <= 0 {
+			return nil, nil, fmt.Errorf("%w: query parameter max_wait_conns=%q: want a positive integer", driver.ErrInvalid, v[0])
+		}
+		cfg.MaxWaitConns = n
+		q.Del("max_wait_conns")
+	}
 	u2 := *u
 	u2.RawQuery = q.Encode()
 	pc, err := pgxpool.ParseConfig(u2.String())
@@ -110,7 +129,7 @@ func (o *URLOpener) config(u *url.URL) (*pgxpool.Config, *Config, error) {
 	}
 	if len(bad) > 0 {
 		slices.Sort(bad)
-		return nil, nil, fmt.Errorf("%w: unknown query parameter(s) %s: not a fencelock (prefix, ttl, wait, fence_flush), pgx or pgxpool parameter, nor a run-time parameter passed through (%s); set other server settings with options=-c name=value",
+		return nil, nil, fmt.Errorf("%w: unknown query parameter(s) %s: not a fencelock (prefix, ttl, wait, fence_flush, conn_timeout, max_wait_conns), pgx or pgxpool parameter, nor a run-time parameter passed through (%s); set other server settings with options=-c name=value",
 			driver.ErrInvalid, strings.Join(bad, ", "), strings.Join(runtimeParams, ", "))
 	}
 	if o.Configure != nil {

@@ -43,6 +43,24 @@ func (w *watcher) add(l *lease) {
 	}
 }
 
+// len is the number of leases watched.
+func (w *watcher) len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.leases)
+}
+
+// list returns the leases watched.
+func (w *watcher) list() []*lease {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ls := make([]*lease, 0, len(w.leases))
+	for l := range w.leases {
+		ls = append(ls, l)
+	}
+	return ls
+}
+
 func (w *watcher) remove(l *lease) {
 	w.mu.Lock()
 	delete(w.leases, l)
