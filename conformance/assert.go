@@ -78,12 +78,6 @@ func (l *errList) add(err error) {
 
 func (l *errList) addf(f string, a ...any) { l.add(fmt.Errorf(f, a...)) }
 
-func (l *errList) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.n
-}
-
 // report fails t with every error collected (the first few in full).
 func (l *errList) report(t TB, what string) {
 	t.Helper()
