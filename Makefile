@@ -2,16 +2,23 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: setup test demo lint bench
+.PHONY: setup test crossbuild demo lint bench
 
 # Install the real test servers (redis, postgres) from Debian packages.
 setup:
 	./scripts/setup.sh
 
-# Every test, against real servers, under the race detector.
-test: setup
+# Every test, against real servers, under the race detector; first, the
+# whole repo must build for macOS and Windows too.
+test: setup crossbuild
 	$(GO) test -race -count=1 -timeout 25m ./...
 	if [ -f bench/go.mod ]; then cd bench && $(GO) test -race -count=1 -timeout 10m ./...; fi
+
+# Build every package for darwin and windows (test servers, the freeze
+# check and the CLI keep their Linux-only parts behind build tags).
+crossbuild:
+	GOOS=darwin GOARCH=amd64 $(GO) build ./...
+	GOOS=windows GOARCH=amd64 $(GO) build ./...
 
 # The seed story on the embedded default store.
 demo:

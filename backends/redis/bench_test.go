@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -128,12 +127,6 @@ func BenchmarkFenceOverhead(b *testing.B) {
 	b.ReportMetric(pct(drv.cpu, plain.cpu), "driver-cpu-overhead-%")
 	b.ReportMetric(pct(fenced.cpu, plain.cpu), "client-cpu-overhead-%")
 	b.ReportMetric(0, "ns/op")
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func serverCPU(ctx context.Context, b *testing.B, rc goredis.UniversalClient) time.Duration {
