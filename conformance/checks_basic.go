@@ -110,11 +110,29 @@ func testExtend(t TB, e *env) {
 
 // testIndependentNames: holding one name does not block another, including
 // names that are prefixes of each other or look like a backend's
-// auxiliary keys.
+// auxiliary keys (a fence key, a hash-tagged key). The second round uses
+// clients without a prefix, so that the names are the store keys and no
+// prefix shields a lock key from another name's auxiliary key.
 func testIndependentNames(t TB, e *env) {
-	a, b := e.client(), e.client()
-	base := e.name("n")
-	names := []string{base, base + "/sub", base + "/sub/deeper", base + ":fence", "{" + base + "}:fence", base + "-x"}
+	related := func(base string) []string {
+		return []string{base, base + "/sub", base + "/sub/deeper", base + ":fence", "{" + base + "}:fence", "{" + base + "}", base + "-x"}
+	}
+	e.independent(t, e.client(), e.client(), related(e.name("n")))
+	raw := func() *fencelock.Client {
+		c, err := e.h.MakeClient(e.ctx, &fencelock.Options{})
+		mustNil(t, err, "MakeClient without a prefix")
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	// Unique to this run all the same: the base is the prefixed key.
+	e.independent(t, raw(), raw(), related(e.key(e.name("raw"))))
+}
+
+// independent takes names in order, alternating clients a and b, each
+// while the earlier ones are held; releases them; then takes each again.
+func (e *env) independent(t TB, a, b *fencelock.Client, names []string) {
+	t.Helper()
+	e.waiting("TryAcquire of related names")
 	held := make([]*fencelock.Lease, 0, len(names))
 	for i, n := range names {
 		c := a
