@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -98,7 +99,16 @@ func StartDynaliteProcess(tb testing.TB, opts *DynaliteOptions) *Dynalite {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { _ = d.Proc.Kill() })
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			state := "running"
+			if pid := d.Proc.PID(); pid == 0 || syscall.Kill(pid, 0) != nil {
+				state = "had EXITED before cleanup"
+			}
+			tb.Logf("dynalite %s (%s); its output:\n%s", d.Endpoint(), state, d.Proc.Output())
+		}
+		_ = d.Proc.Kill()
+	})
 	return d
 }
 
