@@ -146,7 +146,7 @@ func testCancelledTry(t TB, e *env) {
 	}
 	med := Percentile(lat, 0.5)
 	const rounds = 40
-	cancelled := 0
+	cancelled, unavailable := 0, 0
 	for i := range rounds {
 		d := time.Duration(int64(2*med) * int64(i) / rounds)
 		e.waiting(fmt.Sprintf("round %d: TryAcquire with a %v ctx deadline", i, d))
@@ -158,8 +158,15 @@ func testCancelledTry(t TB, e *env) {
 			continue
 		}
 		cancelled++
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("round %d: TryAcquire with a %v ctx deadline: got %v, want an error matching context.DeadlineExceeded", i, d, err)
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, fencelock.ErrUnavailable), errors.Is(err, fencelock.ErrIndeterminate):
+			// The store's client gave up on the same deadline a moment
+			// before ctx reported it (gRPC and dialers time out on their
+			// own clocks): acceptable, if nothing is left held.
+			unavailable++
+		default:
+			t.Errorf("round %d: TryAcquire with a %v ctx deadline: got %v, want an error matching context.DeadlineExceeded (or ErrUnavailable)", i, d, err)
 		}
 		l2, err2 := b.TryAcquire(e.ctx, name, opts(longTTL, false))
 		if errors.Is(err2, fencelock.ErrNotAcquired) {
@@ -168,5 +175,5 @@ func testCancelledTry(t TB, e *env) {
 		mustNil(t, err2, "TryAcquire after a cancelled TryAcquire")
 		mustNil(t, l2.Release(e.ctx), "Release")
 	}
-	t.Logf("median TryAcquire %v; %d of %d attempts ended by their ctx deadline left nothing held", med, cancelled, rounds)
+	t.Logf("median TryAcquire %v; %d of %d attempts ended by their ctx deadline (%d of them as ErrUnavailable, not matching DeadlineExceeded) and left nothing held", med, cancelled, rounds, unavailable)
 }
