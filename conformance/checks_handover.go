@@ -110,8 +110,8 @@ func testReleaseAfterDrop(t TB, e *env) {
 
 // Grant-time tolerance: how much earlier than the store's earliest legal
 // re-grant the successful request may have been sent (its transit and the
-// scheduling of a loaded machine): max(25ms, TTL/5).
-func grantTolerance(ttl time.Duration) time.Duration { return max(25*time.Millisecond, ttl/5) }
+// scheduling of a loaded machine): max(50ms, TTL/5).
+func grantTolerance(ttl time.Duration) time.Duration { return max(50*time.Millisecond, ttl/5) }
 
 // driftRate is the clock-rate drift between client and store the portable
 // layer allows by default (Options.DriftFactor).
@@ -130,7 +130,7 @@ const driftRate = 0.01
 //
 //   - request side: B0 ≥ A0 + S·(1−ρ) − tol. A correct store refuses every
 //     request that reaches it earlier, so the one it granted was sent no
-//     earlier than that minus its transit time; tol = max(25ms, T/5)
+//     earlier than that minus its transit time; tol = max(50ms, T/5)
 //     covers transit and scheduling on a loaded machine. A store that
 //     grants early is caught here however slow its reply (an upper-bound
 //     check, B1 against a deadline, lets a slow reply hide an early grant).

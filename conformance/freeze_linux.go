@@ -51,7 +51,11 @@ func testProcessFreeze(t TB, e *env) {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			if f := strings.Fields(sc.Text()); len(f) > 1 && f[0] == "FREEZE" {
-				lines <- f[1:]
+				select {
+				case lines <- f[1:]:
+				case <-e.ctx.Done(): // the check is over: stop reading
+					return
+				}
 			}
 		}
 	}()

@@ -215,7 +215,7 @@ func runCheck(parent context.Context, c check, r *runT, o *RunOptions, harness f
 		e := newEnv(ctx, r, h, o.ttl())
 		e.w = w
 		w.extend(w.start.Add(base + time.Duration(budget)*e.effTTL()))
-		w.set("the check's first step")
+		w.set("the check's steps (it set no waiting note since it started)")
 		c.run(r, e)
 	}()
 	for {
