@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -17,6 +18,15 @@ import (
 // it once: the caller's ctx error stays visible to errors.Is; a cluster
 // that did not answer or has no leader becomes ErrUnavailable.
 func (b *backend) fail(ctx context.Context, op string, err error) error {
+	if d, ok := ctx.Deadline(); ok && ctx.Err() == nil && deadlineStatus(err) && time.Until(d) < callerDeadlineSlack {
+		// gRPC sends the caller's deadline to the server, which may give up
+		// a moment before the local timer fires: it is the caller's
+		// deadline all the same.
+		select {
+		case <-ctx.Done():
+		case <-time.After(callerDeadlineSlack):
+		}
+	}
 	if cerr := ctx.Err(); cerr != nil {
 		if !b.connected() {
 			return fmt.Errorf("%w: etcd %s: no etcd endpoint is connected: %w", driver.ErrUnavailable, op, cerr)
@@ -34,6 +44,20 @@ func (b *backend) fail(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("%w: etcd %s: %v", driver.ErrUnavailable, op, err)
 	}
 	return fmt.Errorf("etcd %s: %w", op, err)
+}
+
+// callerDeadlineSlack: a DeadlineExceeded status that arrives this close
+// to the caller's deadline is that deadline.
+const callerDeadlineSlack = 100 * time.Millisecond
+
+// deadlineStatus reports a gRPC DeadlineExceeded status.
+func deadlineStatus(err error) bool {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.DeadlineExceeded
+	}
+	s, ok := status.FromError(err)
+	return ok && s.Code() == codes.DeadlineExceeded
 }
 
 // connected reports whether the client has a ready connection to some

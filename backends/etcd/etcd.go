@@ -110,7 +110,9 @@ import (
 	"github.com/fencelock/fencelock/driver"
 )
 
-// Capabilities of the etcd:// backend.
+// Capabilities of the etcd:// backend, with the MinTTL of a cluster whose
+// election timeout is at most 666 ms; a Client's Capabilities().MinTTL is
+// the connected cluster's (see Config.MinTTL).
 var Capabilities = driver.Capabilities{
 	Backend:        "etcd",
 	Fence:          driver.FenceStrict,
@@ -136,6 +138,15 @@ type Config struct {
 	// RequestTimeout bounds each etcd request; past it the cluster counts
 	// as unavailable. Default: DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// MinTTL is the shortest lease TTL the cluster honours, reported in
+	// Capabilities().MinTTL; shorter TTLs are rejected with ErrInvalid.
+	// etcd raises a lease TTL below 1.5 × its election timeout, rounded up
+	// to whole seconds: 2 s with etcd's default timing (election timeout
+	// 1000 ms), 1 s with an election timeout up to 666 ms. Clients opened
+	// by URL ask the cluster (ProbeMinTTL) at Open; with New, 0 means 1 s
+	// (pass ProbeMinTTL's result to be exact). Whatever it says, a lease
+	// reports the TTL etcd granted in Lease.StoreTTL.
+	MinTTL time.Duration
 }
 
 // New returns a Client that keeps its locks in etcd through cli. The caller
@@ -187,6 +198,7 @@ var (
 	_ driver.Backend = (*backend)(nil)
 	_ driver.Blocker = (*backend)(nil)
 	_ driver.Aser    = (*backend)(nil)
+	_ driver.Admin   = (*backend)(nil)
 )
 
 type backend struct {
@@ -194,30 +206,36 @@ type backend struct {
 	ownCli    bool
 	keyPrefix string
 	timeout   time.Duration
+	caps      driver.Capabilities
 
 	ctx    context.Context // cancelled by Close: stops loss watchers and waits
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	closed bool
-	ops    sync.WaitGroup // acquires in flight and loss watchers
-	held   map[int64]*lease
-	pool   []pooledLease // see pool.go
+	mu      sync.Mutex
+	closed  bool
+	ops     sync.WaitGroup // acquires in flight and loss watchers
+	held    map[int64]*lease
+	waiting map[clientv3.LeaseID]struct{} // leases of waiting acquires, for KillSessions
+	pool    []pooledLease                 // see pool.go
 }
 
 func newBackend(cli *clientv3.Client, cfg *Config, own bool) *backend {
-	b := &backend{cli: cli, ownCli: own, timeout: DefaultRequestTimeout, held: map[int64]*lease{}}
+	b := &backend{cli: cli, ownCli: own, timeout: DefaultRequestTimeout, caps: Capabilities,
+		held: map[int64]*lease{}, waiting: map[clientv3.LeaseID]struct{}{}}
 	if cfg != nil {
 		b.keyPrefix = cfg.KeyPrefix
 		if cfg.RequestTimeout > 0 {
 			b.timeout = cfg.RequestTimeout
+		}
+		if cfg.MinTTL > 0 {
+			b.caps.MinTTL = (cfg.MinTTL + time.Second - 1).Truncate(time.Second)
 		}
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b
 }
 
-func (b *backend) Capabilities() driver.Capabilities { return Capabilities }
+func (b *backend) Capabilities() driver.Capabilities { return b.caps }
 
 // As supports **clientv3.Client.
 func (b *backend) As(target any) bool {
@@ -271,12 +289,13 @@ func (b *backend) begin() error {
 
 // contender is our key in a lock's queue, before it is granted.
 type contender struct {
-	pfx  string // lock prefix, without the trailing "/"
-	key  string
-	id   clientv3.LeaseID
-	ttl  int64 // seconds
-	rev  int64 // CreateRevision of key
-	sent time.Time
+	pfx     string // lock prefix, without the trailing "/"
+	key     string
+	id      clientv3.LeaseID
+	ttl     int64 // seconds, requested
+	granted int64 // seconds, as the server granted (≥ ttl)
+	rev     int64 // CreateRevision of key
+	sent    time.Time
 
 	held bool   // key is first under pfx (as of revision hdr)
 	pred string // the key just ahead of ours, if known ("" if held or unknown)
@@ -289,11 +308,11 @@ type contender struct {
 // at worst, a lease with no key.
 func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration) (*contender, error) {
 	c := &contender{pfx: b.keyPrefix + escape(name), ttl: ttlSeconds(ttl)}
-	id, sent, err := b.leaseFor(ctx, c.ttl)
+	id, sent, granted, err := b.leaseFor(ctx, c.ttl)
 	if err != nil {
 		return nil, err
 	}
-	c.id, c.sent = id, sent
+	c.id, c.sent, c.granted = id, sent, granted
 	c.key = fmt.Sprintf("%s/%x", c.pfx, int64(id))
 	// Before the Put, the last-created key is the one just ahead of ours.
 	last := clientv3.OpGet(c.pfx+"/", append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...)
@@ -374,7 +393,13 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return nil, time.Time{}, err
 		}
 		if !c.held {
+			b.mu.Lock()
+			b.waiting[c.id] = struct{}{}
+			b.mu.Unlock()
 			err = b.waitTurn(ctx, c)
+			b.mu.Lock()
+			delete(b.waiting, c.id)
+			b.mu.Unlock()
 		}
 		// Refresh the lease if its last refresh is old (a long wait, a slow
 		// cluster), so the portable deadline, counted from c.sent, is not
@@ -406,7 +431,7 @@ const lossWatchDelay = 100 * time.Millisecond
 // adopt turns a granted contender into a held lease and arms its loss
 // watch.
 func (b *backend) adopt(c *contender) *lease {
-	l := &lease{b: b, key: c.key, rev: c.rev, id: c.id, ttl: c.ttl, refreshed: c.sent, lost: make(chan struct{})}
+	l := &lease{b: b, key: c.key, rev: c.rev, id: c.id, ttl: c.ttl, granted: c.granted, refreshed: c.sent, lost: make(chan struct{})}
 	l.ctx, l.stop = context.WithCancel(b.ctx)
 	b.mu.Lock()
 	b.held[l.rev] = l

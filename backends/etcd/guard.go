@@ -3,7 +3,6 @@ package etcd
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -25,27 +24,26 @@ type Guard struct {
 	Rev int64
 }
 
-// GuardOf returns the Guard of lease l, which must have been acquired
-// through c, a Client of this package (New, NewWithConfig or an etcd://
-// URL). It returns l.Err() if l has ended.
+// GuardOf returns the Guard of lease l, a lease of this package's backend
+// (l.As(&g) with a Guard g gives the same). It returns l.Err() if l has
+// ended. c is the Client l was acquired through; it must be an etcd
+// Client (Guarded uses its etcd client).
 func GuardOf(c *fencelock.Client, l *fencelock.Lease) (Guard, error) {
-	var b *backend
-	if !c.As(&b) {
+	var cli *clientv3.Client
+	if !c.As(&cli) {
 		return Guard{}, fmt.Errorf("%w: etcd.GuardOf: the client is not an etcd client", fencelock.ErrInvalid)
 	}
 	if err := l.Err(); err != nil {
 		return Guard{}, err
 	}
-	b.mu.Lock()
-	dl := b.held[int64(l.Fence())]
-	b.mu.Unlock()
-	if dl == nil {
-		return Guard{}, fmt.Errorf("%w: etcd.GuardOf: lease %q (fence %d) is not held through this client", fencelock.ErrLeaseLost, l.Name(), l.Fence())
+	var g Guard
+	if !l.As(&g) {
+		if err := l.Err(); err != nil {
+			return Guard{}, err
+		}
+		return Guard{}, fmt.Errorf("%w: etcd.GuardOf: lease %q is not an etcd lease", fencelock.ErrInvalid, l.Name())
 	}
-	if pfx, _, _ := cutLast(dl.key); !strings.HasSuffix(pfx, escape(l.Name())) {
-		return Guard{}, fmt.Errorf("%w: etcd.GuardOf: lease %q was not acquired through this client", fencelock.ErrInvalid, l.Name())
-	}
-	return Guard{Key: dl.key, Rev: dl.rev}, nil
+	return g, nil
 }
 
 // Cmp is the Txn comparison that holds while the lease holds the lock.
@@ -77,13 +75,4 @@ func Guarded(ctx context.Context, c *fencelock.Client, l *fencelock.Lease, ops .
 	var cli *clientv3.Client
 	c.As(&cli)
 	return g.Txn(ctx, cli, ops...)
-}
-
-// cutLast splits key at its last "/".
-func cutLast(key string) (before, after string, ok bool) {
-	i := strings.LastIndexByte(key, '/')
-	if i < 0 {
-		return key, "", false
-	}
-	return key[:i], key[i+1:], true
 }

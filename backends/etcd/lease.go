@@ -15,7 +15,43 @@ import (
 var (
 	_ driver.Lease        = (*lease)(nil)
 	_ driver.LossNotifier = (*lease)(nil)
+	_ driver.GrantedTTLer = (*lease)(nil)
+	_ driver.Aser         = (*lease)(nil)
 )
+
+// GrantedTTL implements driver.GrantedTTLer: the TTL etcd granted for the
+// last grant or renewal, which etcd raises to its minimum lease TTL
+// (1.5 × the election timeout, rounded up to whole seconds).
+func (l *lease) GrantedTTL() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Duration(l.granted) * time.Second
+}
+
+// As implements driver.Aser for Lease.As. Supported targets: *Guard (the
+// lease's ownership condition for etcd Txns, see Guard) and
+// *clientv3.LeaseID (the etcd lease the lock key is attached to now; an
+// Extend to another whole number of seconds moves it to a new one). It
+// returns false once the lease was released or lost.
+func (l *lease) As(target any) bool {
+	select {
+	case <-l.lost:
+		return false
+	default:
+	}
+	if l.releasing.Load() {
+		return false
+	}
+	switch p := target.(type) {
+	case *Guard:
+		*p = Guard{Key: l.key, Rev: l.rev}
+	case *clientv3.LeaseID:
+		*p, _ = l.current()
+	default:
+		return false
+	}
+	return true
+}
 
 // lease is a held lock: our key, its CreateRevision (the fence) and the etcd
 // lease it is attached to. The portable layer serializes Extend and Release.
@@ -26,7 +62,8 @@ type lease struct {
 
 	mu        sync.Mutex
 	id        clientv3.LeaseID
-	ttl       int64     // seconds
+	ttl       int64     // seconds, requested
+	granted   int64     // seconds, as the server granted the last grant or renewal (≥ ttl)
 	refreshed time.Time // send time of the request that last started the lease's TTL
 
 	releasing  atomic.Bool // our own delete is coming: not a loss
@@ -72,7 +109,8 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 	rctx, cancel := b.rpcCtx(ctx)
 	defer cancel()
 	sent := time.Now()
-	if _, err := b.cli.KeepAliveOnce(rctx, id); err != nil {
+	ka, err := b.cli.KeepAliveOnce(rctx, id)
+	if err != nil {
 		if isLeaseNotFound(err) {
 			return fmt.Errorf("%w: etcd lease %x of lock key %q expired or was revoked", driver.ErrLeaseLost, int64(id), l.key)
 		}
@@ -86,7 +124,7 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: lock key %q was deleted", driver.ErrLeaseLost, l.key)
 	}
 	l.mu.Lock()
-	l.refreshed = sent
+	l.refreshed, l.granted = sent, max(ka.TTL, cur)
 	l.mu.Unlock()
 	return nil
 }
@@ -118,7 +156,7 @@ func (l *lease) moveTo(ctx context.Context, old clientv3.LeaseID, secs int64) er
 		return fmt.Errorf("%w: lock key %q was deleted", driver.ErrLeaseLost, l.key)
 	}
 	l.mu.Lock()
-	l.id, l.ttl, l.refreshed = g.ID, secs, sent
+	l.id, l.ttl, l.granted, l.refreshed = g.ID, secs, max(g.TTL, secs), sent
 	l.mu.Unlock()
 	b.revoke(ctx, old)
 	return nil

@@ -28,8 +28,10 @@ type pooledLease struct {
 }
 
 // leaseFor returns a lease of ttl seconds for a new acquisition, reused or
-// granted, and the send time of the request that (re)started its TTL.
-func (b *backend) leaseFor(ctx context.Context, ttl int64) (clientv3.LeaseID, time.Time, error) {
+// granted, the send time of the request that (re)started its TTL, and the
+// TTL the server granted (at least ttl: etcd raises TTLs below its
+// minimum).
+func (b *backend) leaseFor(ctx context.Context, ttl int64) (clientv3.LeaseID, time.Time, int64, error) {
 	for {
 		p, ok := b.takePooled(ttl)
 		if !ok {
@@ -37,14 +39,14 @@ func (b *backend) leaseFor(ctx context.Context, ttl int64) (clientv3.LeaseID, ti
 		}
 		sent := time.Now()
 		rctx, cancel := b.rpcCtx(ctx)
-		_, err := b.cli.KeepAliveOnce(rctx, p.id)
+		ka, err := b.cli.KeepAliveOnce(rctx, p.id)
 		cancel()
 		if err == nil {
-			return p.id, sent, nil
+			return p.id, sent, max(ka.TTL, ttl), nil
 		}
 		if !isLeaseNotFound(err) {
 			b.revokeAsync(p.id)
-			return 0, time.Time{}, b.fail(ctx, "refresh lease", err)
+			return 0, time.Time{}, 0, b.fail(ctx, "refresh lease", err)
 		}
 		// It expired in the pool: try the next one.
 	}
@@ -53,9 +55,9 @@ func (b *backend) leaseFor(ctx context.Context, ttl int64) (clientv3.LeaseID, ti
 	g, err := b.cli.Grant(rctx, ttl)
 	cancel()
 	if err != nil {
-		return 0, time.Time{}, b.fail(ctx, "grant lease", err)
+		return 0, time.Time{}, 0, b.fail(ctx, "grant lease", err)
 	}
-	return g.ID, sent, nil
+	return g.ID, sent, max(g.TTL, ttl), nil
 }
 
 // takePooled pops the most recently pooled lease of ttl seconds that is

@@ -40,18 +40,44 @@ type URLOpener struct {
 	RequestTimeout time.Duration
 }
 
-// OpenBackendURL opens a backend for u. It does no I/O: an unreachable
-// cluster shows on the first lock operation (ErrUnavailable).
+// OpenBackendURL opens a backend for u. It asks the cluster for its
+// shortest lease TTL (ProbeMinTTL, one lease grant and revoke, bounded by
+// ctx and the request timeout), which becomes Capabilities().MinTTL; a
+// cluster that does not answer fails Open with ErrUnavailable.
 func (o *URLOpener) OpenBackendURL(ctx context.Context, u *url.URL) (driver.Backend, error) {
+	cc, cfg, err := o.parse(u)
+	if err != nil {
+		return nil, err
+	}
+	eps := cc.Endpoints
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: etcd client for %s: %v", driver.ErrUnavailable, strings.Join(eps, ","), err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+	cfg.MinTTL, err = ProbeMinTTL(pctx, cli)
+	cancel()
+	if err != nil {
+		b := newBackend(cli, &cfg, true)
+		err = b.fail(ctx, "probe the cluster (grant a 1 s lease to read its minimum TTL)", err)
+		_ = b.Close()
+		return nil, fmt.Errorf("cannot reach etcd at %s: %w", strings.Join(eps, ","), err)
+	}
+	return newBackend(cli, &cfg, true), nil
+}
+
+// parse turns u into the etcd client's configuration and the backend's,
+// with the request timeout resolved; no I/O.
+func (o *URLOpener) parse(u *url.URL) (clientv3.Config, Config, error) {
 	q := u.Query()
 	if err := fencelock.UnknownParams(q, "request_timeout"); err != nil {
-		return nil, err
+		return clientv3.Config{}, Config{}, err
 	}
 	cfg := Config{RequestTimeout: o.RequestTimeout}
 	if v := q.Get("request_timeout"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("%w: etcd URL: request_timeout=%q: want a positive Go duration such as 5s", driver.ErrInvalid, v)
+			return clientv3.Config{}, Config{}, fmt.Errorf("%w: etcd URL: request_timeout=%q: want a positive Go duration such as 5s", driver.ErrInvalid, v)
 		}
 		cfg.RequestTimeout = d
 	}
@@ -60,7 +86,7 @@ func (o *URLOpener) OpenBackendURL(ctx context.Context, u *url.URL) (driver.Back
 	}
 	eps, err := endpoints(u.Host)
 	if err != nil {
-		return nil, err
+		return clientv3.Config{}, Config{}, err
 	}
 	cc := o.Client
 	cc.Endpoints = eps
@@ -72,11 +98,10 @@ func (o *URLOpener) OpenBackendURL(ctx context.Context, u *url.URL) (driver.Back
 	if cc.Logger == nil {
 		cc.Logger = zap.NewNop()
 	}
-	cli, err := clientv3.New(cc)
-	if err != nil {
-		return nil, fmt.Errorf("%w: etcd client for %s: %v", driver.ErrUnavailable, strings.Join(eps, ","), err)
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
 	}
-	return newBackend(cli, &cfg, true), nil
+	return cc, cfg, nil
 }
 
 // endpoints splits "h1:2379,h2" into host:port endpoints.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ func TestOpenURL(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.url, err)
 		}
-		db, err := (&URLOpener{}).OpenBackendURL(context.Background(), u)
+		cc, cfg, err := (&URLOpener{}).parse(u) // OpenBackendURL = parse + probe
 		if tc.bad {
 			if !errors.Is(err, fencelock.ErrInvalid) {
 				t.Errorf("%s: got %v, want ErrInvalid", tc.url, err)
@@ -44,12 +45,8 @@ func TestOpenURL(t *testing.T) {
 			t.Errorf("%s: %v", tc.url, err)
 			continue
 		}
-		b := db.(*backend)
-		if !slices.Equal(b.cli.Endpoints(), tc.eps) || b.keyPrefix != tc.prefix || b.timeout != tc.timeout {
-			t.Errorf("%s: endpoints %v prefix %q timeout %v; want %v %q %v", tc.url, b.cli.Endpoints(), b.keyPrefix, b.timeout, tc.eps, tc.prefix, tc.timeout)
-		}
-		if err := b.Close(); err != nil {
-			t.Errorf("%s: Close: %v", tc.url, err)
+		if !slices.Equal(cc.Endpoints, tc.eps) || cfg.KeyPrefix != tc.prefix || cfg.RequestTimeout != tc.timeout {
+			t.Errorf("%s: endpoints %v prefix %q timeout %v; want %v %q %v", tc.url, cc.Endpoints, cfg.KeyPrefix, cfg.RequestTimeout, tc.eps, tc.prefix, tc.timeout)
 		}
 	}
 }
@@ -80,26 +77,27 @@ func TestOpenMuxParams(t *testing.T) {
 	}
 }
 
-// TestUnavailable: a cluster that does not answer yields ErrUnavailable
-// within the request timeout, and a caller's deadline stays visible.
+// TestUnavailable: Open probes the cluster (for its minimum TTL), so a
+// cluster that does not answer fails Open with ErrUnavailable within the
+// request timeout, saying it cannot reach it; a caller's deadline that
+// ends first stays visible.
 func TestUnavailable(t *testing.T) {
-	c, err := fencelock.Open(t.Context(), "etcd://127.0.0.1:1/x?request_timeout=300ms")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	start := time.Now()
-	_, err = c.TryAcquire(t.Context(), "x", nil)
-	if !errors.Is(err, fencelock.ErrUnavailable) {
-		t.Fatalf("TryAcquire on a dead endpoint: %v, want ErrUnavailable", err)
+	_, err := fencelock.Open(t.Context(), "etcd://127.0.0.1:1/x?request_timeout=300ms")
+	if !errors.Is(err, fencelock.ErrUnavailable) || !strings.Contains(err.Error(), "cannot reach etcd at 127.0.0.1:1") {
+		t.Fatalf("Open of a dead endpoint: %v, want ErrUnavailable saying it cannot reach it", err)
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("took %v with a 300ms request timeout", took)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	_, err = c.Acquire(ctx, "x", nil)
+	start = time.Now()
+	_, err = fencelock.Open(ctx, "etcd://127.0.0.1:1/x")
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, fencelock.ErrUnavailable) {
-		t.Fatalf("Acquire with a deadline on a dead endpoint: %v, want DeadlineExceeded and ErrUnavailable", err)
+		t.Fatalf("Open with a deadline on a dead endpoint: %v, want DeadlineExceeded and ErrUnavailable", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("took %v with a 100ms deadline", took)
 	}
 }

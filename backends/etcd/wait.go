@@ -118,13 +118,14 @@ func (b *backend) keepAlive(ctx context.Context, c *contender) error {
 	sent := time.Now()
 	rctx, cancel := b.rpcCtx(ctx)
 	defer cancel()
-	if _, err := b.cli.KeepAliveOnce(rctx, c.id); err != nil {
+	ka, err := b.cli.KeepAliveOnce(rctx, c.id)
+	if err != nil {
 		if isLeaseNotFound(err) {
 			return errRequeue
 		}
 		return b.fail(ctx, "keep the waiting lease alive", err)
 	}
-	c.sent = sent
+	c.sent, c.granted = sent, max(ka.TTL, c.ttl)
 	return nil
 }
 

@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -128,7 +127,7 @@ func NewPostgres(ctx context.Context, extraArgs ...string) (*Postgres, error) {
 		}
 	}
 	cmd := exec.CommandContext(ctx, initdb, "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procAttr(cred, false)
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("testserver: initdb: %w\n%s", err, out)
@@ -190,7 +189,7 @@ var ErrNoFaultControls = errors.New("testserver: existing server (" + PostgresUR
 // crash: recovery runs at the next Start).
 func (p *Postgres) Kill() error {
 	return p.do(func(c *Proc) error {
-		signalChildren(c.PID(), syscall.SIGKILL)
+		signalChildren(c.PID(), sigKill)
 		return c.Kill()
 	})
 }
@@ -200,7 +199,7 @@ func (p *Postgres) Kill() error {
 func (p *Postgres) Stop() error {
 	return p.do(func(c *Proc) error {
 		if pid := c.PID(); pid != 0 {
-			_ = syscall.Kill(pid, syscall.SIGINT)
+			_ = signalPID(pid, sigInt)
 		}
 		return c.Stop()
 	})
@@ -225,7 +224,7 @@ func (p *Postgres) Pause() error {
 		if err := c.Pause(); err != nil {
 			return err
 		}
-		signalChildren(c.PID(), syscall.SIGSTOP)
+		signalChildren(c.PID(), sigStop)
 		return nil
 	})
 }
@@ -233,14 +232,14 @@ func (p *Postgres) Pause() error {
 // Resume continues a paused server with SIGCONT.
 func (p *Postgres) Resume() error {
 	return p.do(func(c *Proc) error {
-		signalChildren(c.PID(), syscall.SIGCONT)
+		signalChildren(c.PID(), sigCont)
 		return c.Resume()
 	})
 }
 
 // signalChildren sends sig to every process whose parent is ppid (Linux:
 // read from /proc; elsewhere a no-op).
-func signalChildren(ppid int, sig syscall.Signal) {
+func signalChildren(ppid int, sig Signal) {
 	if ppid == 0 {
 		return
 	}
@@ -264,7 +263,7 @@ func signalChildren(ppid int, sig syscall.Signal) {
 		}
 		f := strings.Fields(string(b[i+1:]))
 		if len(f) > 1 && f[1] == strconv.Itoa(ppid) {
-			_ = syscall.Kill(pid, sig)
+			_ = signalPID(pid, sig)
 		}
 	}
 }
@@ -278,8 +277,8 @@ func (p *Postgres) do(f func(*Proc) error) error {
 
 // postgresCred is the postgres user when we run as root (postgres refuses
 // to run as root), else nil (run as ourselves).
-func postgresCred() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
+func postgresCred() (*Credential, error) {
+	if !isRoot() {
 		return nil, nil
 	}
 	u, err := user.Lookup("postgres")
@@ -291,7 +290,7 @@ func postgresCred() (*syscall.Credential, error) {
 	if err1 != nil || err2 != nil {
 		return nil, fmt.Errorf("testserver: postgres user ids %q/%q", u.Uid, u.Gid)
 	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+	return newCredential(uint32(uid), uint32(gid)), nil
 }
 
 // postgresPing connects once and runs an empty query.

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -20,7 +19,7 @@ type Proc struct {
 	Args  []string                        // arguments
 	Dir   string                          // working dir
 	Env   []string                        // extra environment
-	Cred  *syscall.Credential             // run as this user (postgres refuses root); nil: as us
+	Cred  *Credential                     // run as this user (postgres refuses root); nil: as us
 	Ready func(ctx context.Context) error // polled until nil after each start
 
 	mu     sync.Mutex
@@ -42,7 +41,7 @@ func (p *Proc) Start(ctx context.Context) error {
 	cmd.Env = append(os.Environ(), p.Env...)
 	out := &lockedWriter{w: &bytes.Buffer{}}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: p.Cred}
+	cmd.SysProcAttr = procAttr(p.Cred, true)
 	if err := cmd.Start(); err != nil {
 		p.mu.Unlock()
 		return fmt.Errorf("testserver: start %s: %w", p.Name, err)
@@ -83,29 +82,33 @@ func (p *Proc) PID() int {
 	return p.cmd.Process.Pid
 }
 
-// Pause stops the process with SIGSTOP (a frozen VM or long GC).
-func (p *Proc) Pause() error { return p.signal(syscall.SIGSTOP, true) }
+// Pause stops the process with SIGSTOP (a frozen VM or long GC). Unix
+// only: elsewhere it returns an error.
+func (p *Proc) Pause() error { return p.signal(sigStop, true) }
 
 // Resume continues a paused process with SIGCONT.
-func (p *Proc) Resume() error { return p.signal(syscall.SIGCONT, false) }
+func (p *Proc) Resume() error { return p.signal(sigCont, false) }
 
-func (p *Proc) signal(sig syscall.Signal, paused bool) error {
+func (p *Proc) signal(sig Signal, paused bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd == nil {
 		return fmt.Errorf("testserver: %s not running", p.Name)
 	}
+	if err := signalGroup(p.cmd.Process.Pid, sig); err != nil {
+		return err
+	}
 	p.paused = paused
-	return syscall.Kill(-p.cmd.Process.Pid, sig)
+	return nil
 }
 
 // Stop ends the process gracefully (SIGTERM, then SIGKILL after 10s).
-func (p *Proc) Stop() error { return p.end(syscall.SIGTERM, 10*time.Second) }
+func (p *Proc) Stop() error { return p.end(sigTerm, 10*time.Second) }
 
 // Kill ends the process at once with SIGKILL (a crash).
-func (p *Proc) Kill() error { return p.end(syscall.SIGKILL, 0) }
+func (p *Proc) Kill() error { return p.end(sigKill, 0) }
 
-func (p *Proc) end(sig syscall.Signal, grace time.Duration) error {
+func (p *Proc) end(sig Signal, grace time.Duration) error {
 	p.mu.Lock()
 	cmd, exited, paused := p.cmd, p.exited, p.paused
 	p.cmd = nil
@@ -113,10 +116,10 @@ func (p *Proc) end(sig syscall.Signal, grace time.Duration) error {
 	if cmd == nil {
 		return nil
 	}
-	pgid := -cmd.Process.Pid
-	_ = syscall.Kill(pgid, sig)
+	pid := cmd.Process.Pid
+	_ = signalGroup(pid, sig)
 	if paused {
-		_ = syscall.Kill(pgid, syscall.SIGCONT)
+		_ = signalGroup(pid, sigCont)
 	}
 	if grace > 0 {
 		select {
@@ -125,7 +128,7 @@ func (p *Proc) end(sig syscall.Signal, grace time.Duration) error {
 		case <-time.After(grace):
 		}
 	}
-	_ = syscall.Kill(pgid, syscall.SIGKILL)
+	_ = signalGroup(pid, sigKill)
 	select {
 	case <-exited:
 		return nil
