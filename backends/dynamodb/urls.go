@@ -47,6 +47,10 @@ const DefaultRequestTimeout = 5 * time.Second
 //	dummy_credentials=true  sign with fixed dummy credentials, for local
 //	                        emulators that check only that requests are signed
 //
+// The HTTP client keeps at most 64 connections to the endpoint (the
+// requests beyond that wait for one), so a Client's goroutines stay
+// bounded however many leases it renews.
+//
 // Credentials come from the SDK's default chain (environment, shared
 // config, SSO, web identity, container or instance role) unless the
 // Credentials field is set; they never appear in URLs, logs or errors.
@@ -91,7 +95,9 @@ func (o *URLOpener) OpenBackendURL(ctx context.Context, u *url.URL) (driver.Back
 	hc := o.HTTPClient
 	if hc == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = 64
+		// A bounded pool: goroutines stay O(1) per Client however many
+		// leases renew at once (requests beyond it queue).
+		tr.MaxIdleConnsPerHost, tr.MaxConnsPerHost = 64, 64
 		hc = &http.Client{Transport: tr, Timeout: p.requestTimeout}
 		closeFn = tr.CloseIdleConnections
 	}
