@@ -141,11 +141,11 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	return l, err
 }
 
-// Acquire implements driver.Blocker: it polls the item every
-// PollInterval (jittered) with a consistent read, and writes when the
-// lock is free or the watched version has stayed unchanged for its lease
-// duration. A released lock is thus taken one poll plus one round trip
-// after its release at most.
+// Acquire implements driver.Blocker: it reads the item with a consistent
+// GetItem at least every PollInterval (jittered), and writes when the lock
+// is free or the watched version has stayed unchanged for its lease
+// duration. A released lock is thus taken at most one poll interval plus
+// a read and a write after its release.
 func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
 	for {
 		sent := time.Now()
