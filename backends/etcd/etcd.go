@@ -43,11 +43,17 @@
 // # TTLs and leases
 //
 // Every acquisition holds its own etcd lease, with the lease TTL rounded up
-// to whole seconds (TTLGranularity 1s, MinTTL 1s), so locks expire and are
-// lost independently. etcd itself raises a TTL below 1.5 × its election
-// timeout, rounded up: 2 s with etcd's default 1 s election timeout. The
-// server then keeps the lock longer than asked; the client side still ends
-// the lease at the TTL it asked for, which is safe.
+// to whole seconds (TTLGranularity 1s), so locks expire and are lost
+// independently. etcd itself raises a TTL below 1.5 × its election
+// timeout, rounded up: 2 s with etcd's default 1 s election timeout (a
+// stock server), 1 s with an election timeout up to 666 ms. Open by URL
+// therefore asks the cluster (ProbeMinTTL: grant a 1 s lease, read the
+// granted TTL, revoke it) and sets Capabilities().MinTTL to the answer, so
+// shorter TTLs are rejected with ErrInvalid rather than silently raised;
+// New uses Config.MinTTL (default 1 s). Every Grant and KeepAlive response
+// carries the TTL etcd granted; the lease reports it (driver.GrantedTTLer,
+// hence Lease.StoreTTL), and the client side still ends the lease at the
+// TTL it asked for, which is safe.
 //
 // Renewal (Lease.Extend and auto-renew) is a lease KeepAliveOnce plus a
 // check that our key still exists. etcd cannot change a lease's TTL, so
@@ -89,10 +95,19 @@
 // ends first the error matches the ctx error (and ErrUnavailable too if no
 // endpoint was connected).
 //
+// # Admin
+//
+// The backend implements driver.Admin (Client.As(&adm) with a
+// driver.Admin), which `fencelock conformance --url` uses: Expire revokes
+// the etcd lease of a lock's holder (the first key under its prefix, any
+// client's), deleting its key as expiry would; KillSessions revokes every
+// lease of this Client (held, waiting, pooled).
+//
 // # As
 //
 // Client.As supports **clientv3.Client. Clients made by New share the
-// caller's etcd client; clients opened by URL own theirs.
+// caller's etcd client; clients opened by URL own theirs. Lease.As supports
+// *Guard (see Guard; GuardOf is a helper over it) and *clientv3.LeaseID.
 package etcd
 
 import (

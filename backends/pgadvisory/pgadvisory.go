@@ -48,10 +48,26 @@
 // of the pool, so size pool_max_conns for them (pgx's default is the larger
 // of 4 and the number of CPUs), and PostgreSQL's max_connections: an open
 // transaction pins a server connection, behind PgBouncer too, so for
-// thousands of concurrent leases pick another backend. Release sends COMMIT: the lock is freed at once and the next waiter in the
-// server's queue is granted in the same instant. A connection that dies
-// (killed backend, crashed client, network cut noticed by TCP) ends the
+// thousands of concurrent leases pick another backend. Release sends
+// COMMIT: the lock is freed at once and the next waiter in the server's
+// queue is granted in the same instant. A connection that dies (killed
+// backend, crashed client, network cut noticed by TCP) ends the
 // transaction, which frees the lock at once.
+//
+// # Pool limits
+//
+// Blocked Acquires keep at most Config.MaxWaitConns connections (default
+// half the pool, at least 1; URL max_wait_conns) waiting in the server's
+// queue; an Acquire that finds them all in use polls with TryAcquire
+// instead (5 to 250 ms apart) until one frees, so waiters on busy names
+// never take every connection from unrelated names: a free name is granted
+// at once. Held leases are not capped (each needs its connection). When
+// every connection is checked out, an attempt waits at most
+// Config.ConnTimeout (default DefaultConnTimeout, 5 s; URL conn_timeout)
+// for one, or until its ctx ends if sooner, and then fails with an error
+// wrapping ErrUnavailable that says the pool is exhausted, with how many
+// connections held leases and waiters use: never a silent block, even
+// with context.Background().
 //
 // TTL: the server ends a session that stays idle in its transaction longer
 // than idle_in_transaction_session_timeout, which is set (SET LOCAL) to the
@@ -102,7 +118,8 @@
 //
 // # Transaction-scoped mode
 //
-// Tx(lease) returns the lease's own transaction as a pgx.Tx. Writes made
+// Tx(lease), or lease.As(&tx) with a pgx.Tx tx, returns the lease's own
+// transaction as a pgx.Tx. Writes made
 // through it commit in the same COMMIT that releases the lock, so they are
 // applied only if the lock was held without a break until the end: if the
 // server cut the lease (TTL) or its connection died, they are rolled back.
@@ -111,6 +128,17 @@
 // PostgreSQL database. Use fences (package guard) for data elsewhere. See Tx
 // for the rules (statements are serialized with renewals; Commit and Rollback
 // are the lease's; savepoints through Begin).
+//
+// # Admin
+//
+// The backend implements driver.Admin (Client.As(&adm) with a
+// driver.Admin), which `fencelock conformance --url` uses: Expire
+// terminates (pg_terminate_backend) the session holding the advisory lock
+// of a name, found in pg_locks, whichever client it belongs to; KillSessions
+// terminates every session of this Client (held leases, waiters, idle pool
+// connections, the fence-flush connection). Both run on a connection of
+// their own and need the pg_signal_backend role (or the same role as the
+// sessions, or a superuser).
 //
 // # PgBouncer
 //
