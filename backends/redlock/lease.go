@@ -106,7 +106,7 @@ func (l *lease) releaseOn(ctx context.Context, i int) (int64, int64, error) {
 	if l.at.uncertain(i) {
 		void = voidLifetime.Milliseconds()
 	}
-	v, err := releaseScript.Run(ctx, l.b.nodes[i].c, []string{l.k.lock, l.k.void(l.token)}, l.token, l.k.channel, void).Int64()
+	v, err := releaseScript.Run(ctx, l.b.nodes[i].c, []string{l.k.lock, l.k.void(l.token)}, l.token, l.k.channel, void, l.k.lock).Int64()
 	return v, 0, err
 }
 
@@ -141,6 +141,7 @@ func (l *lease) Release(ctx context.Context) error {
 	}
 	switch {
 	case rel >= q:
+		l.b.handOff(l.k.lock)
 		return nil
 	case notOurs > n-q:
 		return fmt.Errorf("%w: only %d of %d primaries still held this lease's key (it expired, a primary restarted empty, or another owner took it)", driver.ErrLeaseLost, n-notOurs, n)

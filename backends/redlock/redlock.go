@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,9 +129,13 @@ type backend struct {
 	cancel context.CancelFunc
 	bg     sync.WaitGroup // calls in flight (see fan)
 
-	mu     sync.Mutex
-	closed bool
-	gates  map[string]*gate // lock key → this client's attempt in flight
+	mu      sync.Mutex
+	closed  bool
+	gates   map[string]*gate      // lock key → this client's attempt in flight
+	queues  map[string][]*ticket  // lock key → this client's blocked Acquires, in order
+	streaks map[string]int        // lock key → local hand-offs in a row (see handOff)
+	snaps   map[string][]chanSnap // lock key → the hubs' view when the last attempt began (see Wait)
+	id      string                // this backend's notice message for its abandons (see hub.self)
 }
 
 // gate marks an acquire attempt in flight; done is closed when it ends.
@@ -140,7 +145,10 @@ type backend struct {
 // majority, both abandon, both retry), which is what makes Redlock crawl
 // under contention. A concurrent TryAcquire reports ErrNotAcquired at
 // once, and a waiting Acquire's Wait waits for the attempt to end.
-type gate struct{ done chan struct{} }
+type gate struct {
+	done chan struct{}
+	won  bool // set before done is closed: the attempt was granted
+}
 
 // enter registers an attempt on key, or returns nil if one is in flight.
 func (b *backend) enter(key string) *gate {
@@ -154,10 +162,14 @@ func (b *backend) enter(key string) *gate {
 	return g
 }
 
-func (b *backend) exit(key string, g *gate) {
+func (b *backend) exit(key string, g *gate, won bool) {
 	b.mu.Lock()
 	delete(b.gates, key)
+	if won {
+		delete(b.snaps, key) // no Wait follows a grant
+	}
 	b.mu.Unlock()
+	g.won = won
 	close(g.done)
 }
 
@@ -176,10 +188,11 @@ var (
 )
 
 func newBackend(clients []*goredis.Client, owns bool) *backend {
-	b := &backend{quorum: len(clients)/2 + 1, owns: owns, gates: map[string]*gate{}}
+	b := &backend{quorum: len(clients)/2 + 1, owns: owns, gates: map[string]*gate{}, queues: map[string][]*ticket{}, streaks: map[string]int{}, snaps: map[string][]chanSnap{}}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.id = "fencelock-abandon:" + newToken()
 	for _, c := range clients {
-		b.nodes = append(b.nodes, &node{addr: c.Options().Addr, c: c, hub: newHub(c)})
+		b.nodes = append(b.nodes, &node{addr: c.Options().Addr, c: c, hub: newHub(c, b.id)})
 	}
 	return b
 }
@@ -198,18 +211,25 @@ func drift(ttl time.Duration) time.Duration {
 // releases and voids its token on every primary that granted or did not
 // answer before it returns (see abandon).
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
+	l, _, err := b.try(ctx, req)
+	return l, err
+}
+
+// try is TryAcquire; it also returns when the attempt started.
+func (b *backend) try(ctx context.Context, req driver.AcquireRequest) (_ *lease, start time.Time, err error) {
 	if !utf8.ValidString(req.Name) {
-		return nil, fmt.Errorf("%w: lock key %q is not valid UTF-8 (check Options.Prefix): redlock keeps its companion keys among the invalid-UTF-8 keys", driver.ErrInvalid, req.Name)
+		return nil, start, fmt.Errorf("%w: lock key %q is not valid UTF-8 (check Options.Prefix): redlock keeps its companion keys among the invalid-UTF-8 keys", driver.ErrInvalid, req.Name)
 	}
 	g := b.enter(req.Name)
 	if g == nil {
-		return nil, fmt.Errorf("%w: another acquire attempt on this lock from the same Client is in flight", driver.ErrNotAcquired)
+		return nil, start, fmt.Errorf("%w: another acquire attempt on this lock from the same Client is in flight", driver.ErrNotAcquired)
 	}
-	defer b.exit(req.Name, g)
-	start := time.Now()
+	defer func() { b.exit(req.Name, g, err == nil) }()
+	start = time.Now()
 	validity := req.TTL - drift(req.TTL)
 	n, q := len(b.nodes), b.quorum
 	k := keysFor(req.Name)
+	b.snapshot(k)
 	at := newAttempt(n)
 	args := []any{req.Token, millis(req.TTL)}
 	lockKeys := []string{k.lock, k.fence, k.void(req.Token)}
@@ -261,28 +281,46 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 				}
 			}
 		case <-ctx.Done():
-			return nil, b.abandon(req, k, at, ctxErr(ctx, "acquire", fmt.Sprintf("%d of %d primaries had granted, %d needed", len(grants), n, q)))
+			return nil, start, b.abandon(req, k, at, ctxErr(ctx, "acquire", fmt.Sprintf("%d of %d primaries had granted, %d needed", len(grants), n, q)))
 		}
 	}
 	if len(grants) < q {
-		return nil, b.abandon(req, k, at, refusal(n, q, held, failed, pttl, errs))
+		return nil, start, b.abandon(req, k, at, refusal(n, q, held, failed, pttl, errs))
 	}
 
-	// The fence: the highest counter among the granting primaries. Those
-	// that returned it already store it; the others get it written back,
-	// each only while it still holds our token, until a majority stores it.
-	var fence int64
-	for _, g := range grants {
-		fence = max(fence, g.b)
-	}
-	var behind []int
-	stored := 0
-	for _, g := range grants {
-		if g.b == fence {
-			stored++
-		} else {
-			behind = append(behind, g.i)
+	// The fence f is the q-th smallest counter the granting primaries
+	// returned; W is the set of granting primaries whose counter is f,
+	// plus those below f that get f written back (each only while it still
+	// holds our token), until W is a majority. Every member of W returned a
+	// counter ≤ f and stores ≥ f, written while our token held the lock
+	// there: that is all the proof in the package doc needs. When W falls
+	// short and more replies are on their way, they are awaited first (for
+	// at most as long as the attempt took so far): a later grant may agree
+	// and spare the write-back round trip.
+	fence, stored, behind := fenceOf(grants, q)
+	if stored < q && len(grants)+held+failed < n {
+		grace := time.NewTimer(time.Since(start))
+	more:
+		for stored < q && len(grants)+held+failed < n {
+			select {
+			case r := <-replies:
+				switch {
+				case r.err != nil:
+					failed++
+				case r.a == 1:
+					grants = append(grants, r)
+					fence, stored, behind = fenceOf(grants, q)
+				default:
+					held++
+				}
+			case <-grace.C:
+				break more
+			case <-ctx.Done():
+				grace.Stop()
+				return nil, start, b.abandon(req, k, at, ctxErr(ctx, "acquire", "waiting for more grants"))
+			}
 		}
+		grace.Stop()
 	}
 	if stored < q {
 		wb := b.fan(callDeadline, behind, func(ctx context.Context, i int) (int64, int64, error) {
@@ -302,19 +340,41 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 					lost++
 				}
 			case <-ctx.Done():
-				return nil, b.abandon(req, k, at, ctxErr(ctx, "acquire", "writing the fence back"))
+				return nil, start, b.abandon(req, k, at, ctxErr(ctx, "acquire", "writing the fence back"))
 			}
 		}
 		if stored < q {
-			return nil, b.abandon(req, k, at, fmt.Errorf("%w: redlock acquire: a majority granted, but the fence reached only %d of the %d primaries needed in time (%d lost the lock meanwhile): %w",
+			return nil, start, b.abandon(req, k, at, fmt.Errorf("%w: redlock acquire: a majority granted, but the fence reached only %d of the %d primaries needed in time (%d lost the lock meanwhile): %w",
 				driver.ErrNotAcquired, stored, q, lost, errors.Join(errs...)))
 		}
 	}
 	if el := time.Since(start); el >= validity {
-		return nil, b.abandon(req, k, at, fmt.Errorf("%w: redlock acquire: a majority granted only after %v, past the validity of the %v TTL (TTL − %g×TTL − %v): if this persists, raise the TTL or check the primaries' latency",
+		return nil, start, b.abandon(req, k, at, fmt.Errorf("%w: redlock acquire: a majority granted only after %v, past the validity of the %v TTL (TTL − %g×TTL − %v): if this persists, raise the TTL or check the primaries' latency",
 			driver.ErrNotAcquired, el.Round(time.Microsecond), req.TTL, DriftFactor, DriftMin))
 	}
-	return &lease{b: b, k: k, token: req.Token, fence: uint64(fence), at: at, epoch: b.epoch.Load()}, nil
+	return &lease{b: b, k: k, token: req.Token, fence: uint64(fence), at: at, epoch: b.epoch.Load()}, start, nil
+}
+
+// fenceOf picks the fence from the grants: the q-th smallest counter
+// returned. It also returns how many grants returned exactly that value
+// (they store it already) and the primaries that returned less (candidates
+// for the write-back).
+func fenceOf(grants []reply, q int) (fence int64, stored int, behind []int) {
+	vs := make([]int64, len(grants))
+	for i, g := range grants {
+		vs[i] = g.b
+	}
+	slices.Sort(vs)
+	fence = vs[q-1]
+	for _, g := range grants {
+		switch {
+		case g.b == fence:
+			stored++
+		case g.b < fence:
+			behind = append(behind, g.i)
+		}
+	}
+	return fence, stored, behind
 }
 
 // refusal explains a failed attempt. It is ErrUnavailable when so many
@@ -370,7 +430,7 @@ func (b *backend) abandon(req driver.AcquireRequest, k keys, at *attempt, cause 
 		return cause
 	}
 	replies := b.fan(time.Now().Add(min(req.TTL, cleanupTimeout)), idx, func(ctx context.Context, i int) (int64, int64, error) {
-		v, err := releaseScript.Run(ctx, b.nodes[i].c, []string{k.lock, k.void(req.Token)}, req.Token, k.channel, voidLifetime.Milliseconds()).Int64()
+		v, err := releaseScript.Run(ctx, b.nodes[i].c, []string{k.lock, k.void(req.Token)}, req.Token, k.channel, voidLifetime.Milliseconds(), b.id).Int64()
 		return v, 0, err
 	})
 	var errs []error

@@ -2,7 +2,7 @@
 -- it holds our token, and tell waiters.
 -- KEYS[1] lock key   KEYS[2] void key of the token
 -- ARGV[1] owner token   ARGV[2] release channel   ARGV[3] void lifetime in
--- ms, or 0
+-- ms, or 0   ARGV[4] the notice's message
 -- With a void lifetime (the acquire request to this primary may still be
 -- in flight: its reply never came) the token is first marked void, so that
 -- the acquire script, if it only runs now, grants nothing.
@@ -14,5 +14,5 @@ if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], KEYS[1])
+redis.call('PUBLISH', ARGV[2], ARGV[4])
 return 1

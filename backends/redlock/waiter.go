@@ -19,16 +19,30 @@ import (
 // when ctx ends first, and ErrClosed when the backend closes.
 //
 // It subscribes on every primary through that primary's one shared pub/sub
-// connection, waits until a majority of them confirm (the reply to a PING
-// sent after the SUBSCRIBE), and only then checks the keys, so a release
-// after Wait was called is not missed: a release frees a majority of
-// primaries and publishes on each, and any majority meets the confirmed
-// one. A frozen or dead primary never confirms and is simply not needed.
+// connection and waits until a majority of them confirm (the reply to a
+// PING sent after the SUBSCRIBE; a channel already confirmed for an
+// earlier waiter needs none). A release after Wait was called is then not
+// missed: a release frees a majority of primaries and publishes on each,
+// and any majority meets the confirmed one. A release between this
+// Client's last attempt and the subscription is caught in one of two
+// ways. If a majority of the subscriptions were already confirmed when
+// that attempt started and have carried no notice since, there was no
+// such release (it would have published on one of them), and Wait just
+// waits. Otherwise it checks the lock keys (PTTL) on every primary. A
+// frozen or dead primary never confirms and is simply not needed.
 func (b *backend) Wait(ctx context.Context, name string) error {
+	return b.wait(ctx, name, nil)
+}
+
+// wait is Wait; it also returns nil when kick receives (see handOff).
+func (b *backend) wait(ctx context.Context, name string, kick <-chan struct{}) error {
 	if g := b.inFlight(name); g != nil {
 		// This Client's own attempt decides first (see gate).
 		select {
 		case <-g.done:
+			if !g.won {
+				return nil // it failed: the lock may be free
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-b.ctx.Done():
@@ -52,12 +66,48 @@ func (b *backend) Wait(ctx context.Context, name string) error {
 			confirmed++
 		case <-wake:
 			return nil
+		case <-kick:
+			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-b.ctx.Done():
 			return driver.ErrClosed
 		}
 	}
+	if snap := b.lastSnap(name); snap != nil {
+		quiet := 0
+		for i, nd := range b.nodes {
+			cur := nd.hub.state(k.channel)
+			switch {
+			case !snap[i].confirmed || cur.id != snap[i].id:
+			case cur.msgs != snap[i].msgs:
+				return nil // a notice (or a broken connection) since the attempt began
+			case cur.confirmed:
+				quiet++
+			}
+		}
+		if quiet >= n-q+1 {
+			select {
+			case <-wake:
+				return nil
+			case <-kick:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-b.ctx.Done():
+				return driver.ErrClosed
+			}
+		}
+	}
+	return b.checkKeys(ctx, k, wake, kick)
+}
+
+// checkKeys is the end of a wait whose subscriptions are new: it reads the
+// lock key's PTTL on every primary, returns nil at once if a majority has
+// none, else waits for a notice, kick, or the time when enough of the
+// holder's keys run out to leave a majority free.
+func (b *backend) checkKeys(ctx context.Context, k keys, wake <-chan struct{}, kick <-chan struct{}) error {
+	n, q := len(b.nodes), b.quorum
 	replies := b.fan(deadlineOf(ctx, time.Minute), all(n), func(ctx context.Context, i int) (int64, int64, error) {
 		d, err := b.nodes[i].c.PTTL(ctx, k.lock).Result()
 		if d < 0 {
@@ -99,6 +149,8 @@ func (b *backend) Wait(ctx context.Context, name string) error {
 			}
 		case <-wake:
 			return nil
+		case <-kick:
+			return nil
 		case <-expired:
 			return nil
 		case <-ctx.Done():
@@ -107,6 +159,37 @@ func (b *backend) Wait(ctx context.Context, name string) error {
 			return driver.ErrClosed
 		}
 	}
+}
+
+// chanSnap is what a hub knew of one channel at a moment.
+type chanSnap struct {
+	id        uint64 // the subscription's identity (0: not subscribed)
+	msgs      uint64 // notices received (and connection breaks) so far
+	confirmed bool   // the server confirmed the subscription
+}
+
+// snapshot records, before an attempt on k, what every primary's hub
+// knows of k's channel, for the next Wait on it (see Wait).
+func (b *backend) snapshot(k keys) {
+	snap := make([]chanSnap, len(b.nodes))
+	for i, nd := range b.nodes {
+		snap[i] = nd.hub.state(k.channel)
+	}
+	b.mu.Lock()
+	if len(b.snaps) >= maxSnaps {
+		clear(b.snaps) // names tried once and never again: forget them
+	}
+	b.snaps[k.lock] = snap
+	b.mu.Unlock()
+}
+
+// maxSnaps bounds the snapshots kept (one per lock with a failed attempt).
+const maxSnaps = 4096
+
+func (b *backend) lastSnap(name string) []chanSnap {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.snaps[name]
 }
 
 // hub is one primary's pub/sub subscription, shared by all the client's
@@ -122,6 +205,7 @@ func (b *backend) Wait(ctx context.Context, name string) error {
 // goroutine reads replies and messages and wakes waiters.
 type hub struct {
 	client  *goredis.Client
+	self    string        // the message of this backend's own abandons: ignored
 	closing chan struct{} // closed by close
 	kick    chan struct{} // cap 1: ops queued for the writer
 	wg      sync.WaitGroup
@@ -130,11 +214,24 @@ type hub struct {
 	started bool
 	closed  bool
 	ps      *goredis.PubSub
-	chans   map[string]map[*waiter]struct{} // channel → its waiters
-	pings   map[string]*waiter              // PING payload → waiter
+	chans   map[string]*chanState // subscribed channels
+	pings   map[string]*waiter    // PING payload → waiter
 	seq     uint64
 	ops     []hubOp
 }
+
+// chanState is one subscribed channel. It stays subscribed for linger
+// after its last waiter leaves, so that the next waiter finds it confirmed.
+type chanState struct {
+	id        uint64
+	waiters   map[*waiter]struct{}
+	confirmed bool
+	msgs      uint64
+	idleSince time.Time // when its last waiter left; zero while it has waiters
+}
+
+// linger is how long a channel stays subscribed without waiters.
+const linger = 2 * time.Second
 
 type hubOp struct {
 	kind byte // 's' SUBSCRIBE, 'u' UNSUBSCRIBE, 'p' PING
@@ -150,12 +247,13 @@ type waiter struct {
 	wake    chan struct{} // cap 1: a release was published
 }
 
-func newHub(client *goredis.Client) *hub {
+func newHub(client *goredis.Client, self string) *hub {
 	return &hub{
 		client:  client,
+		self:    self,
 		closing: make(chan struct{}),
 		kick:    make(chan struct{}, 1),
-		chans:   map[string]map[*waiter]struct{}{},
+		chans:   map[string]*chanState{},
 		pings:   map[string]*waiter{},
 	}
 }
@@ -175,13 +273,22 @@ func (h *hub) register(w *waiter) error {
 		go h.dispatch()
 		go h.write()
 	}
-	ws := h.chans[w.channel]
-	if ws == nil {
-		ws = map[*waiter]struct{}{}
-		h.chans[w.channel] = ws
+	cs := h.chans[w.channel]
+	if cs == nil {
+		h.seq++
+		cs = &chanState{id: h.seq, waiters: map[*waiter]struct{}{}}
+		h.chans[w.channel] = cs
 		h.queue(hubOp{'s', w.channel})
 	}
-	ws[w] = struct{}{}
+	cs.waiters[w] = struct{}{}
+	cs.idleSince = time.Time{}
+	if cs.confirmed {
+		select {
+		case w.pong <- struct{}{}:
+		default:
+		}
+		return nil
+	}
 	h.seq++
 	w.ping = "fencelock:" + strconv.FormatUint(h.seq, 36)
 	h.pings[w.ping] = w
@@ -189,18 +296,39 @@ func (h *hub) register(w *waiter) error {
 	return nil
 }
 
-// leave removes w, queueing an UNSUBSCRIBE if it was its channel's last
-// waiter.
+// state returns what the hub knows of channel now.
+func (h *hub) state(channel string) chanSnap {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	cs := h.chans[channel]
+	if cs == nil {
+		return chanSnap{}
+	}
+	return chanSnap{id: cs.id, msgs: cs.msgs, confirmed: cs.confirmed}
+}
+
+// leave removes w. A channel left without waiters stays subscribed for
+// linger (see sweep).
 func (h *hub) leave(w *waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.pings, w.ping)
-	ws := h.chans[w.channel]
-	delete(ws, w)
-	if len(ws) == 0 {
-		delete(h.chans, w.channel)
-		if !h.closed {
-			h.queue(hubOp{'u', w.channel})
+	if cs := h.chans[w.channel]; cs != nil {
+		delete(cs.waiters, w)
+		if len(cs.waiters) == 0 {
+			cs.idleSince = time.Now()
+		}
+	}
+}
+
+// sweep unsubscribes the channels idle for longer than linger.
+func (h *hub) sweep() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch, cs := range h.chans {
+		if len(cs.waiters) == 0 && !cs.idleSince.IsZero() && time.Since(cs.idleSince) > linger {
+			delete(h.chans, ch)
+			h.queue(hubOp{'u', ch})
 		}
 	}
 }
@@ -221,10 +349,15 @@ func (h *hub) queue(op hubOp) {
 func (h *hub) write() {
 	defer h.wg.Done()
 	ctx := context.Background()
+	tick := time.NewTicker(linger / 2)
+	defer tick.Stop()
 	for {
 		select {
 		case <-h.closing:
 			return
+		case <-tick.C:
+			h.sweep()
+			continue
 		case <-h.kick:
 		}
 		h.mu.Lock()
@@ -258,6 +391,7 @@ func (h *hub) dispatch() {
 				return
 			default:
 			}
+			h.broken()
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 			t := time.NewTimer(backoff)
 			select {
@@ -271,7 +405,11 @@ func (h *hub) dispatch() {
 		backoff = 0
 		switch m := msg.(type) {
 		case *goredis.Message:
-			h.wakeChannel(m.Channel)
+			// This Client's own abandons free nothing another holder
+			// held: they neither wake its waiters nor count as notices.
+			if m.Payload != h.self {
+				h.wakeChannel(m.Channel)
+			}
 		case *goredis.Pong:
 			h.pong(m.Payload)
 		}
@@ -281,7 +419,12 @@ func (h *hub) dispatch() {
 func (h *hub) wakeChannel(ch string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for w := range h.chans[ch] {
+	cs := h.chans[ch]
+	if cs == nil {
+		return
+	}
+	cs.msgs++
+	for w := range cs.waiters {
 		select {
 		case w.wake <- struct{}{}:
 		default:
@@ -289,15 +432,31 @@ func (h *hub) wakeChannel(ch string) {
 	}
 }
 
+// broken records that the connection broke: notices may have been lost,
+// and every subscription must be confirmed again.
+func (h *hub) broken() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, cs := range h.chans {
+		cs.msgs++
+		cs.confirmed = false
+	}
+}
+
 func (h *hub) pong(payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if w := h.pings[payload]; w != nil {
-		delete(h.pings, payload)
-		select {
-		case w.pong <- struct{}{}:
-		default:
-		}
+	w := h.pings[payload]
+	if w == nil {
+		return
+	}
+	delete(h.pings, payload)
+	if cs := h.chans[w.channel]; cs != nil {
+		cs.confirmed = true
+	}
+	select {
+	case w.pong <- struct{}{}:
+	default:
 	}
 }
 
