@@ -67,6 +67,8 @@
 // between its minSessionTimeout and maxSessionTimeout (2 and 20 tickTimes
 // by default); the backend reads the granted one from the connect response.
 // MinTTL is the server's minSessionTimeout, read when the backend is made.
+// Sessions stay open (idle ones cost a ping every third of their timeout)
+// until the Client is closed.
 //
 // The session keeps our node while the client process runs, so the TTL is
 // also enforced by the client: a lease not renewed for its TTL has its

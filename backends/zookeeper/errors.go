@@ -26,28 +26,43 @@ type result[T any] struct {
 // request timeout. go-zookeeper takes no context: when the bound passes
 // first, f finishes in the background (go-zookeeper fails every request
 // when its connection or session ends, and on Close) and its result is
-// dropped. The error is f's, ctx's, or errTimeout; map it with fail.
+// dropped. A request go-zookeeper could not send (ErrNoServer: between
+// connections) is sent again. The error is f's, ctx's, or errTimeout; map
+// it with fail.
 func call[T any](b *backend, ctx context.Context, f func() (T, error)) (T, error) {
 	if err := ctx.Err(); err != nil {
 		var zero T
 		return zero, err
 	}
-	ch := make(chan result[T], 1)
-	go func() {
-		v, err := f()
-		ch <- result[T]{v, err}
-	}()
 	t := time.NewTimer(b.timeout)
 	defer t.Stop()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-ctx.Done():
+	for {
+		ch := make(chan result[T], 1)
+		go func() {
+			v, err := f()
+			ch <- result[T]{v, err}
+		}()
 		var zero T
-		return zero, ctx.Err()
-	case <-t.C:
-		var zero T
-		return zero, errTimeout
+		select {
+		case r := <-ch:
+			if !errors.Is(r.err, zk.ErrNoServer) {
+				return r.v, r.err
+			}
+			// Never sent (go-zookeeper is between connections): send it
+			// again once it has reconnected, within the request timeout.
+			select {
+			case <-time.After(50 * time.Millisecond):
+				continue
+			case <-ctx.Done():
+				return zero, ctx.Err()
+			case <-t.C:
+				return zero, fmt.Errorf("%w: %w", errTimeout, r.err)
+			}
+		case <-ctx.Done():
+			return zero, ctx.Err()
+		case <-t.C:
+			return zero, errTimeout
+		}
 	}
 }
 

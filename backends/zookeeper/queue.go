@@ -95,13 +95,18 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 // the send time of the read that found it first.
 func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p string) (*zk.Stat, time.Time, error) {
 	var known *zk.Stat
+	var failingSince time.Time // zero while the ensemble answers
 	for {
 		_, _, wake := s.state()
 		q, stat, sent, err := b.check(ctx, s, parent, prefix, p, known)
 		if err != nil {
-			if ctx.Err() == nil && errors.Is(err, driver.ErrUnavailable) {
-				// A lost connection or an election: try again shortly,
-				// as long as the caller waits.
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
+			if ctx.Err() == nil && errors.Is(err, driver.ErrUnavailable) && time.Since(failingSince) < b.timeout {
+				// A lost connection or an election: the session (and our
+				// place in the queue) may well survive it. Try again
+				// shortly, for up to the request timeout.
 				if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
 					return nil, time.Time{}, b.fail(ctx, "wait", err)
 				}
@@ -109,6 +114,7 @@ func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p st
 			}
 			return nil, time.Time{}, err
 		}
+		failingSince = time.Time{}
 		if q.ours == "" || (q.pred == "" && stat == nil) {
 			return nil, time.Time{}, errRequeue
 		}

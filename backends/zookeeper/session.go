@@ -83,7 +83,7 @@ func (b *backend) connect(timeout time.Duration) (*session, error) {
 		return &sniffConn{Conn: c, onConnect: s.onConnect}, nil
 	}
 	conn, _, err := zk.Connect(b.servers, timeout,
-		zk.WithDialer(dial), zk.WithLogger(b.logger), zk.WithLogInfo(false),
+		zk.WithDialer(dial), zk.WithHostProvider(&hostProvider{}), zk.WithLogger(b.logger), zk.WithLogInfo(false),
 		zk.WithEventCallback(s.onEvent), zk.WithMaxBufferSize(16<<20))
 	if err != nil {
 		return nil, fmt.Errorf("%w: zookeeper: %v", driver.ErrInvalid, err)
@@ -194,23 +194,70 @@ func (s *session) kill(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
-	for _, addr := range s.b.servers {
-		hctx, cancel := context.WithTimeout(ctx, s.b.timeout)
-		c, r, err := handshake(hctx, addr, timeout, id, passwd)
-		if err == nil {
-			if r.id != 0 {
-				err = closeSession(c)
+	// A server may drop the second connection (for example while the
+	// session's own client is reconnecting at that moment): try a few
+	// rounds.
+	for round := range 3 {
+		for _, addr := range s.b.servers {
+			hctx, cancel := context.WithTimeout(ctx, s.b.timeout)
+			c, r, err := handshake(hctx, addr, timeout, id, passwd, true)
+			if err == nil {
+				if r.id != 0 {
+					err = closeReply(c)
+				}
+				c.Close()
 			}
-			c.Close()
+			cancel()
+			if err == nil {
+				return nil
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 		}
-		cancel()
-		if err == nil {
-			return nil
+		if err := sleepCtx(ctx, time.Duration(round+1)*100*time.Millisecond); err != nil {
+			return err
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 	}
 	return fmt.Errorf("%w: zookeeper: close session %#x: %v", driver.ErrUnavailable, id, errs)
 }
 
 // negotiatedLocked is the negotiated timeout; s.mu is held.
 func (s *session) negotiatedLocked() time.Duration { return s.negotiated }
+
+// hostProvider hands out the servers in turn, like go-zookeeper's
+// DNSHostProvider, but after a lost connection it tries every server once
+// at once before go-zookeeper's 1s pause between rounds: with a single
+// server the default waits 1s before the first reconnection, which alone
+// can outlast a short session.
+type hostProvider struct {
+	mu      sync.Mutex
+	servers []string
+	next    int
+	tried   int // servers handed out since the last connection
+}
+
+func (h *hostProvider) Init(servers []string) error {
+	if len(servers) == 0 {
+		return fmt.Errorf("%w: zookeeper: no servers", driver.ErrInvalid)
+	}
+	h.servers = servers
+	return nil
+}
+
+func (h *hostProvider) Len() int { return len(h.servers) }
+
+func (h *hostProvider) Next() (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.servers[h.next]
+	h.next = (h.next + 1) % len(h.servers)
+	h.tried++
+	// The first round is free; each later round starts with a pause (and
+	// a check for Close).
+	return s, h.tried > len(h.servers) && (h.tried-1)%len(h.servers) == 0
+}
+
+func (h *hostProvider) Connected() {
+	h.mu.Lock()
+	h.tried = 0
+	h.mu.Unlock()
+}

@@ -41,9 +41,10 @@ func parseConnectResp(b []byte) (connectResp, error) {
 }
 
 // handshake dials addr and sends a connect request for session id (0 for
-// a new one) with passwd and the requested timeout; it returns the open
-// connection and the server's answer.
-func handshake(ctx context.Context, addr string, timeout time.Duration, id int64, passwd []byte) (net.Conn, connectResp, error) {
+// a new one) with passwd and the requested timeout, followed by
+// closeSession if andClose; it returns the open connection and the
+// server's answer to the connect.
+func handshake(ctx context.Context, addr string, timeout time.Duration, id int64, passwd []byte, andClose bool) (net.Conn, connectResp, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -52,16 +53,12 @@ func handshake(ctx context.Context, addr string, timeout time.Duration, id int64
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
 	}
-	if len(passwd) == 0 {
-		passwd = make([]byte, 16)
+	req := connectReq(timeout, id, passwd)
+	if andClose {
+		// Pipelined: the server reads it right after re-attaching the
+		// session, before the session's own client can take it back.
+		req = append(req, closeReq()...)
 	}
-	req := make([]byte, 4+4+8+4+8+4+len(passwd))
-	binary.BigEndian.PutUint32(req[0:4], uint32(len(req)-4))
-	// protocol version 0, last zxid seen 0
-	binary.BigEndian.PutUint32(req[16:20], uint32(timeout.Milliseconds()))
-	binary.BigEndian.PutUint64(req[20:28], uint64(id))
-	binary.BigEndian.PutUint32(req[28:32], uint32(len(passwd)))
-	copy(req[32:], passwd)
 	if _, err := c.Write(req); err != nil {
 		c.Close()
 		return nil, connectResp{}, err
@@ -93,17 +90,33 @@ func readFrame(r io.Reader) ([]byte, error) {
 	return b, err
 }
 
-// closeSession sends closeSession on c (a connection attached to the
-// session) and waits for the reply: the server ends the session and
-// deletes its ephemeral nodes.
-func closeSession(c net.Conn) error {
-	var req [12]byte
-	binary.BigEndian.PutUint32(req[0:4], 8)
-	binary.BigEndian.PutUint32(req[4:8], 1)                   // xid
-	binary.BigEndian.PutUint32(req[8:12], uint32(0xfffffff5)) // opcode -11: closeSession
-	if _, err := c.Write(req[:]); err != nil {
-		return err
+func connectReq(timeout time.Duration, id int64, passwd []byte) []byte {
+	if len(passwd) == 0 {
+		passwd = make([]byte, 16)
 	}
+	req := make([]byte, 4+4+8+4+8+4+len(passwd))
+	binary.BigEndian.PutUint32(req[0:4], uint32(len(req)-4))
+	// protocol version 0, last zxid seen 0
+	binary.BigEndian.PutUint32(req[16:20], uint32(timeout.Milliseconds()))
+	binary.BigEndian.PutUint64(req[20:28], uint64(id))
+	binary.BigEndian.PutUint32(req[28:32], uint32(len(passwd)))
+	copy(req[32:], passwd)
+	return req
+}
+
+// closeReq is a closeSession request with xid 1.
+func closeReq() []byte {
+	req := make([]byte, 12)
+	binary.BigEndian.PutUint32(req[0:4], 8)
+	binary.BigEndian.PutUint32(req[4:8], 1)           // xid
+	binary.BigEndian.PutUint32(req[8:12], 0xfffffff5) // opcode -11: closeSession
+	return req
+}
+
+// closeReply waits on c for the reply to the closeSession request sent
+// with the connect (xid 1): the server has ended the session and deleted
+// its ephemeral nodes.
+func closeReply(c net.Conn) error {
 	for {
 		b, err := readFrame(c)
 		if err != nil {
@@ -125,13 +138,13 @@ func closeSession(c net.Conn) error {
 func probeMinTimeout(ctx context.Context, servers []string) (time.Duration, error) {
 	var errs []error
 	for _, addr := range servers {
-		c, r, err := handshake(ctx, addr, time.Millisecond, 0, nil)
+		c, r, err := handshake(ctx, addr, time.Millisecond, 0, nil, true)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 			continue
 		}
 		if r.id != 0 {
-			_ = closeSession(c)
+			_ = closeReply(c)
 		}
 		c.Close()
 		if r.timeout <= 0 {

@@ -176,8 +176,8 @@ func (b *backend) As(target any) bool {
 	return true
 }
 
-// Close ends waits, waits for background work, and closes every session
-// (the server then deletes their nodes at once).
+// Close ends waits, closes every session (the server then deletes their
+// nodes at once) and waits for the requests in flight to end.
 func (b *backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -191,10 +191,12 @@ func (b *backend) Close() error {
 	}
 	b.mu.Unlock()
 	b.cancel()
-	b.ops.Wait()
+	var wg sync.WaitGroup
 	for _, s := range sessions {
-		s.conn.Close()
+		wg.Go(s.conn.Close) // fails the requests in flight at once
 	}
+	wg.Wait()
+	b.ops.Wait()
 	return nil
 }
 
