@@ -126,7 +126,7 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return b.fail(ctx, "check lock node", err)
 	}
-	id, negotiated, _ := l.s.state()
+	id, _, _ := l.s.state()
 	if !r.ok || r.stat.EphemeralOwner != l.sid || r.stat.Czxid != l.czxid || id != l.sid {
 		l.markLost()
 		return fmt.Errorf("%w: zookeeper node %s was deleted (session %#x ended or node removed)", driver.ErrLeaseLost, l.path, l.sid)
@@ -138,7 +138,6 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	l.ttl = ttl
 	l.timer.Reset(time.Until(sent.Add(ttl)))
-	_ = negotiated
 	return nil
 }
 

@@ -162,8 +162,8 @@ func newBackend(ctx context.Context, cfg Config) (*backend, error) {
 
 func (b *backend) Capabilities() driver.Capabilities { return b.caps }
 
-// As supports *[]string (the servers) and *Config-free access to the
-// sessions' connections is by Lease.As.
+// As supports *[]string (the servers). A session's *zk.Conn is reached
+// with Lease.As.
 func (b *backend) As(target any) bool {
 	switch p := target.(type) {
 	case *[]string:
