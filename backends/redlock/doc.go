@@ -33,13 +33,16 @@
 //     succeeds, bump the primary's fence counter to max(stored + 1, server
 //     TIME truncated to the millisecond, in µs) and return it. The attempt
 //     is granted when Q primaries granted within the validity (below), and
-//     refused as soon as N−Q+1 refused or failed. The fence is the highest
-//     counter among the granting primaries; those that returned it already
-//     store it; to the others it is written back (raised to the fence, only
-//     while the lock still holds our token there) until Q primaries store
-//     it. The lease is returned only after that. Usually the granting
-//     primaries return the same value (their counters agree and their
-//     clocks read the same millisecond), and no write-back is needed.
+//     refused as soon as N−Q+1 refused or failed. The fence is the Q-th
+//     smallest counter the granting primaries returned; W is the granting
+//     primaries that returned exactly the fence (they store it already)
+//     plus, if those are fewer than Q, primaries that returned less and get
+//     the fence written back (raised to it, only while the lock still holds
+//     our token there) until W is a majority. The lease is returned only
+//     after that. Usually a majority returns the same value (their
+//     counters agree and their clocks read the same millisecond; a grant
+//     still on its way is awaited briefly for that) and no write-back is
+//     needed.
 //   - Abandon: a failed attempt — refused, too slow, or ctx ended mid-flight
 //     — releases the lock on every primary that granted it and on every
 //     primary whose reply never came, and marks the token void there, so
@@ -59,9 +62,10 @@
 //     not hold our token. Another holder's lock is never touched.
 //
 // One Client makes at most one acquire attempt at a time per lock (a
-// concurrent TryAcquire gets ErrNotAcquired at once, a blocked Acquire
-// waits for the attempt to end): two attempts from one place would only
-// split the primaries' votes, so that neither gets a majority.
+// concurrent TryAcquire gets ErrNotAcquired at once): two attempts from
+// one place would only split the primaries' votes, so that neither gets a
+// majority. Its blocked Acquires (driver.Blocker) queue up locally in
+// arrival order and only the first makes attempts; see # Waiting.
 //
 // # Validity and the drift factor
 //
@@ -82,10 +86,10 @@
 //
 // # Fences
 //
-// Every primary keeps a fence counter per lock; a lease's fence is the
-// highest counter among the primaries that granted it, and before the
-// lease is returned a majority W of primaries store at least that fence,
-// each written while our token held the lock there.
+// Every primary keeps a fence counter per lock. Before a lease is
+// returned, a majority W of the primaries that granted it each returned a
+// counter no higher than the lease's fence and store at least the fence,
+// written while our token held the lock there (see # Algorithm).
 //
 // Why that orders any two granted leases A and B without trusting a clock:
 // A's W and B's W are both majorities, so they share a primary x. On x,
@@ -93,16 +97,19 @@
 // one key exist at a time); say A's came first. A's fence was stored on x
 // while A's token held the lock there, so before A's key left x, so before
 // B's SET NX succeeded on x — and B's acquire script read x's counter, at
-// least A's fence, in the same atomic step. B's fence is at least that
-// counter plus one. So any two leases that both reached their write-back
-// have different fences, ordered as they held the lock on the primaries
-// they share; and a lease acquired after an earlier one was returned always
-// has the higher fence (its majority meets the earlier W). This holds even
-// when Redlock's mutual exclusion does not: a paused client, a slow network
-// or a clock jump can make two leases overlap, but the later one's fence
-// is higher, so a resource that checks fences (package guard) rejects the
-// stale holder's writes. TestFenceQuorumIntersection checks it on real
-// primaries, with write-back forced by diverging counters.
+// least A's fence, in the same atomic step, and returned at least that
+// plus one. x is in B's W, so B's fence is at least what x returned:
+// above A's. So any two leases that both reached their write-back have
+// different fences, ordered as they held the lock on the primaries they
+// share; and a lease acquired after an earlier one was returned always
+// has the higher fence. This holds even when Redlock's mutual exclusion
+// does not: a paused client, a slow network or a clock jump can make two
+// leases overlap, but the later one's fence is higher, so a resource that
+// checks fences (package guard) rejects the stale holder's writes.
+// TestFenceQuorumIntersection checks it on real primaries, with a
+// different majority granting each round and write-backs forced by
+// diverging counters; TestFenceConcurrentGrantsDistinct with racing
+// clients and a guarded counter.
 //
 // The proof needs x to keep its counter. A primary that restarts empty
 // (or from an old RDB snapshot) lost it: then the time floor in the
@@ -154,15 +161,27 @@
 // # Waiting
 //
 // A blocked Acquire is woken by the release notices (Capabilities.Wait is
-// WaitNotify): the Client keeps one pub/sub connection per primary, shared
+// WaitNotify). The Client keeps one pub/sub connection per primary, shared
 // by all its waiters, subscribed to the channels of the locks they wait
-// for. A waiter subscribes on every primary, waits until a majority
-// confirm, then checks the lock keys, so a release between its failed
-// attempt and its subscription is not missed (a release frees a majority,
-// which meets the confirmed one). Expiry publishes nothing, nor does
-// redsync: a waiter also wakes when enough of the holder's keys run out
-// (by their PTTLs) to free a majority, and the portable backoff bounds
-// every wait. A dead or frozen primary is not needed to wait.
+// for (a channel stays subscribed for 2 s after its last waiter leaves). A
+// waiter subscribes on every primary and waits until a majority confirm;
+// then, unless a majority of those subscriptions were already confirmed
+// when its failed attempt began and have carried no notice since, it
+// checks the lock keys, so a release between its attempt and its
+// subscription is not missed (a release frees a majority, which meets the
+// confirmed one). Expiry publishes nothing, nor does redsync: a waiter
+// also wakes when enough of the holder's keys run out (by their PTTLs) to
+// free a majority, and a jittered backoff (2 ms doubling to 100 ms,
+// fencelock's default; Options.Backoff is not used) bounds every wait. A dead or frozen primary is not needed to wait.
+//
+// The blocked Acquires of one Client on one lock queue up locally in
+// arrival order, and only the first makes attempts, so each Client puts
+// one contender per lock on the primaries. When a lease of the Client is
+// released and another of its Acquires waits, that one is told at once
+// and retries about a round trip ahead of other Clients' waiters (a local
+// hand-off, as cheap as an uncontended acquire); after 3 such hand-offs in
+// a row the next one races the other Clients on the notices, so none
+// starves. Between Clients there is no order (FIFO is false).
 //
 // # Timeouts
 //
