@@ -8,8 +8,6 @@ import (
 	"sync"
 	"testing"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/fencelock/fencelock"
 	_ "github.com/fencelock/fencelock/backends/redlock"
 	"github.com/fencelock/fencelock/conformance"
@@ -127,16 +125,6 @@ func open(t testing.TB, url string, opts *fencelock.Options) *fencelock.Client {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-// natives returns the client's go-redis clients, one per primary.
-func natives(t testing.TB, c *fencelock.Client) []*goredis.Client {
-	t.Helper()
-	var cs []*goredis.Client
-	if !c.As(&cs) {
-		t.Fatal("As(*[]*goredis.Client) failed")
-	}
-	return cs
 }
 
 // name is a lock name unique to the test.
