@@ -22,6 +22,7 @@ func TestCluster(t *testing.T) {
 	cl := testserver.StartRedisCluster(t, nil)
 	t.Run("Conformance", func(t *testing.T) { conformance.RunConformanceTests(t, newHarness(t, cl.URL())) })
 	t.Run("AwkwardSlots", func(t *testing.T) { testAwkwardSlots(t, cl) })
+	t.Run("Admin", func(t *testing.T) { testClusterAdmin(t, cl.URL()) })
 	t.Run("SingleServerClientOnClusterNode", func(t *testing.T) {
 		if len(cl.Nodes) == 0 {
 			testserver.SkipExternal(t, "existing cluster: node addresses unknown")
@@ -216,5 +217,69 @@ func waitReplicated(t *testing.T, master, replica *testserver.Redis) {
 			t.Fatalf("replica at offset %d, primary at %d", got, want)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// testClusterAdmin: on a cluster, Expire deletes a lock key on whichever
+// node serves it, and KillSessions drops the client's locks on every shard
+// and kills its connections to every node.
+func testClusterAdmin(t *testing.T, url string) {
+	ctx := t.Context()
+	a := open(t, url, nil, nil)
+	obs := open(t, url, nil, nil)
+	var cc *goredis.ClusterClient
+	if !a.As(&cc) {
+		t.Fatal("As(**goredis.ClusterClient) = false")
+	}
+	aName := cc.Options().ClientName
+	o := &fencelock.AcquireOptions{TTL: 600 * time.Millisecond} // renewed every 200ms
+	var ls []*fencelock.Lease
+	for i := range 6 { // spread over the shards
+		l, err := a.TryAcquire(ctx, fmt.Sprintf("%s-%d", name(t), i), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	if err := admin(t, obs).Expire(ctx, ls[0].Name()); err != nil {
+		t.Fatal(err)
+	}
+	rc := native(t, obs)
+	if rc.Exists(ctx, ls[0].Name()).Val() != 0 {
+		t.Fatal("lock key still there after Expire")
+	}
+	if err := admin(t, a).KillSessions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range ls[1:] {
+		if rc.Exists(ctx, l.Name()).Val() != 0 {
+			t.Fatalf("lock %q still held after KillSessions", l.Name())
+		}
+	}
+	var left []string
+	err := rc.(*goredis.ClusterClient).ForEachShard(ctx, func(ctx context.Context, n *goredis.Client) error {
+		list, err := n.ClientList(ctx).Result()
+		if err != nil {
+			return err
+		}
+		for line := range strings.SplitSeq(list, "\n") {
+			if strings.Contains(line, " name="+aName+" ") && strings.Contains(line, "cmd=client") {
+				left = append(left, line) // the admin connection itself, killed after its reply
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Fatalf("KillSessions left its own admin connections:\n%s", strings.Join(left, "\n"))
+	}
+	for _, l := range ls {
+		select {
+		case <-l.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("lease %q not reported lost after KillSessions", l.Name())
+		}
 	}
 }
