@@ -36,6 +36,7 @@ var mutants = []struct{ name, defect string }{
 	{"ReleaseFreesOtherHolder", "Release of a lost lease deletes whoever holds the lock now (DEL without an owner check)"},
 	{"ExtendRetakesLock", "Extend of a dropped lease takes the lock again if it is free (SET without an owner check)"},
 	{"EarlyStoreExpiry", "the store keeps locks for 60% of the TTL asked"},
+	{"EarlyGrantSlowReply", "the store keeps locks for 60% of the TTL asked, and the reply to a grant made before the previous holder's TTL ran out arrives just after it"},
 }
 
 // mutHarness serves one mem Store per check; every client's driver is
@@ -46,11 +47,12 @@ type mutHarness struct {
 
 	mu      sync.Mutex
 	drivers map[*fencelock.Client]*mutBackend
+	due     map[string][2]time.Time // EarlyGrantSlowReply: when each name's holder's lease ends in the store, and as asked
 }
 
 func newMutHarness(mutant string) func(context.Context) (conformance.Harness, error) {
 	return func(context.Context) (conformance.Harness, error) {
-		return &mutHarness{s: memory.NewStore(), mutant: mutant, drivers: map[*fencelock.Client]*mutBackend{}}, nil
+		return &mutHarness{s: memory.NewStore(), mutant: mutant, drivers: map[*fencelock.Client]*mutBackend{}, due: map[string][2]time.Time{}}, nil
 	}
 }
 
@@ -62,7 +64,7 @@ var (
 )
 
 func (h *mutHarness) MakeClient(_ context.Context, opts *fencelock.Options) (*fencelock.Client, error) {
-	b := &mutBackend{Backend: memory.NewDriver(h.s), s: h.s, mutant: h.mutant}
+	b := &mutBackend{Backend: memory.NewDriver(h.s), s: h.s, h: h, mutant: h.mutant}
 	c := fencelock.New(b, opts)
 	h.mu.Lock()
 	h.drivers[c] = b
@@ -103,6 +105,7 @@ func (h *mutHarness) StallExtends(c *fencelock.Client, d time.Duration) func() {
 type mutBackend struct {
 	driver.Backend
 	s      *memory.Store
+	h      *mutHarness
 	mutant string
 	stall  atomic.Int64 // extra Extend latency (RenewalStaller)
 }
@@ -117,6 +120,25 @@ func (b *mutBackend) TryAcquire(ctx context.Context, req driver.AcquireRequest) 
 	switch b.mutant {
 	case "EarlyStoreExpiry":
 		req.TTL = req.TTL * 6 / 10
+	case "EarlyGrantSlowReply":
+		asked := req.TTL
+		req.TTL = req.TTL * 6 / 10
+		dl, err := b.Backend.TryAcquire(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		now := time.Now()
+		b.h.mu.Lock()
+		prev := b.h.due[req.Name]
+		b.h.due[req.Name] = [2]time.Time{now.Add(req.TTL), now.Add(asked)}
+		b.h.mu.Unlock()
+		if !now.Before(prev[0]) && now.Before(prev[1]) {
+			// Granted because the previous lease expired early, before
+			// its TTL ran out: a reply slow enough to land just after
+			// that TTL hides it.
+			time.Sleep(time.Until(prev[1]) + 10*time.Millisecond)
+		}
+		return b.wrap(dl, req), nil
 	case "AmbiguousGrantLeftBehind":
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -182,10 +204,17 @@ func (l *mutLease) Extend(ctx context.Context, ttl time.Duration) error {
 			return ctx.Err()
 		}
 	}
-	if l.b.mutant == "EarlyStoreExpiry" {
+	asked := ttl
+	if l.b.mutant == "EarlyStoreExpiry" || l.b.mutant == "EarlyGrantSlowReply" {
 		ttl = ttl * 6 / 10
 	}
 	err := l.inner.Extend(ctx, ttl)
+	if err == nil && l.b.mutant == "EarlyGrantSlowReply" {
+		now := time.Now()
+		l.b.h.mu.Lock()
+		l.b.h.due[l.name] = [2]time.Time{now.Add(ttl), now.Add(asked)}
+		l.b.h.mu.Unlock()
+	}
 	if errors.Is(err, driver.ErrLeaseLost) {
 		switch l.b.mutant {
 		case "ExtendSucceedsAfterLoss":
@@ -204,6 +233,11 @@ func (l *mutLease) Release(ctx context.Context) error {
 		return nil
 	}
 	err := l.inner.Release(ctx)
+	if err == nil && l.b.mutant == "EarlyGrantSlowReply" {
+		l.b.h.mu.Lock()
+		delete(l.b.h.due, l.name)
+		l.b.h.mu.Unlock()
+	}
 	if errors.Is(err, driver.ErrLeaseLost) {
 		switch l.b.mutant {
 		case "ReleaseSucceedsAfterLoss":
@@ -262,11 +296,19 @@ func TestMutants(t *testing.T) {
 	// Each mutant, a few at a time: each must fail at least one check.
 	type outcome struct {
 		caught, deadline []string
+		details          []string // check: first line of its failure
 		took             time.Duration
 	}
 	out := make([]outcome, len(mutants))
 	record := func(i int, res []conformance.Result) {
 		for _, r := range res {
+			if r.Outcome == "fail" {
+				d, _, _ := strings.Cut(r.Detail, "\n")
+				if len(d) > 300 {
+					d = d[:300] + "..."
+				}
+				out[i].details = append(out[i].details, r.Check+": "+d)
+			}
 			switch {
 			case r.Outcome != "fail":
 			case r.TimedOut:
@@ -327,6 +369,12 @@ func TestMutants(t *testing.T) {
 	}
 	t.Logf("mutation self-test in %v:\n%s", time.Since(start).Round(time.Millisecond), table.String())
 	if p := os.Getenv("FENCELOCK_MUTANTS_REPORT"); p != "" {
+		for i, m := range mutants {
+			fmt.Fprintf(&table, "\n%s:\n", m.name)
+			for _, d := range out[i].details {
+				fmt.Fprintf(&table, "  %s\n", d)
+			}
+		}
 		_ = os.WriteFile(p, []byte(table.String()), 0o644)
 	}
 }
