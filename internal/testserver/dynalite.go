@@ -170,6 +170,17 @@ func dynaliteBinaries() (node, cli string, err error) {
 	return node, cli, err
 }
 
+// abortGuard is a node flag that preloads an uncaught-exception handler:
+// dynalite (4.0) throws from a request's error handler when a client
+// aborts a request while its body is being read (a cancelled context, a
+// client timeout), which kills the server. The handler logs and ignores
+// exactly that error (ECONNRESET: nothing of the request was run) and
+// exits with status 70 on any other.
+const abortGuard = "--import=data:text/javascript," +
+	"process.on('uncaughtException',function(e){" +
+	"if(e&&e.code==='ECONNRESET'){console.error('dynalite: ignored a request aborted by its client: '+e.message);return}" +
+	"console.error(e);process.exit(70)})"
+
 // startDynalite starts dynalite on a free port (retrying if the port was
 // taken meanwhile), with table creation immediate (--createTableMs 0).
 func startDynalite(ctx context.Context, node, cli, dir string) (*Dynalite, error) {
@@ -179,7 +190,7 @@ func startDynalite(ctx context.Context, node, cli, dir string) (*Dynalite, error
 		if err != nil {
 			return nil, err
 		}
-		args := []string{cli, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
+		args := []string{abortGuard, cli, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
 			"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"}
 		if dir != "" {
 			args = append(args, "--path", dir)

@@ -3,6 +3,7 @@ package testserver
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -115,5 +116,33 @@ func TestDynaliteCLIEnv(t *testing.T) {
 	t.Setenv(DynaliteEnv, "/nonexistent/cli.js")
 	if _, err := DynaliteCLI(); !errors.Is(err, ErrMissing) {
 		t.Fatalf("DynaliteCLI with a bad %s: %v, want ErrMissing", DynaliteEnv, err)
+	}
+}
+
+// TestDynaliteSurvivesAbortedRequest: a client that closes its connection
+// in the middle of a request body (a cancelled request) does not kill the
+// server (plain dynalite 4.0 crashes on it).
+func TestDynaliteSurvivesAbortedRequest(t *testing.T) {
+	d := StartDynaliteProcess(t, nil)
+	for range 3 {
+		conn, err := net.Dial("tcp", Addr(d.Port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = conn.Write([]byte("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\nX-Amz-Target: DynamoDB_20120810.ListTables\r\n\r\n{"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // the server is reading the body
+		conn.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := dynaliteClient(d)
+	if err := createTable(ctx, c); err != nil {
+		t.Fatalf("dynalite after aborted requests: %v\n%s", err, d.Proc.Output())
+	}
+	if !strings.Contains(d.Proc.Output(), "ignored a request aborted") {
+		t.Errorf("the guard did not report the aborted requests:\n%s", d.Proc.Output())
 	}
 }
