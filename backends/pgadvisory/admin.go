@@ -3,21 +3,34 @@ package pgadvisory
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Expire implements driver.Admin: it terminates, with
 // pg_terminate_backend, the server session holding the advisory lock of
 // the store key name (found in pg_locks: a bigint advisory lock shows as
 // classid = high 32 bits, objid = low 32 bits, objsubid = 1), whichever
-// client it belongs to. The server then ends its transaction, which frees
-// the lock at once, as its idle timeout (the TTL) would. It returns nil if
+// client it belongs to, and waits until that session has exited, which
+// frees the lock, as its idle timeout (the TTL) would. It returns nil if
 // no session holds the lock. The role needs pg_signal_backend (or to be
 // the holder's role, or a superuser).
 func (b *backend) Expire(ctx context.Context, name string) error {
 	key := Key(name)
 	hi, lo := int64(uint64(key)>>32), int64(uint32(key))
-	err := b.adminExec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
-		WHERE locktype = 'advisory' AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1 AND granted`, hi, lo)
+	err := b.admin(ctx, func(conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, `SELECT pid FROM pg_locks
+			WHERE locktype = 'advisory' AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1 AND granted`, hi, lo)
+		if err != nil {
+			return err
+		}
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return err
+		}
+		return terminate(ctx, conn, pids)
+	})
 	if err != nil {
 		return storeErr(ctx, "admin expire (pg_terminate_backend)", err)
 	}
@@ -27,8 +40,8 @@ func (b *backend) Expire(ctx context.Context, name string) error {
 // KillSessions implements driver.Admin: it terminates, with
 // pg_terminate_backend, every server session of this backend: the
 // connections of held leases and of waiting acquires, the idle connections
-// of the pool, and the fence-flush connection. The server ends their
-// transactions, which frees their locks at once; the leases see their
+// of the pool, and the fence-flush connection, and waits until they have
+// exited, which frees their locks; the leases see their
 // connections closed and report the loss. Later requests use new
 // connections. It runs on a connection of its own, opened with the pool's
 // settings. Behind PgBouncer the PIDs are PgBouncer's, not the server's:
@@ -56,11 +69,11 @@ func (b *backend) KillSessions(ctx context.Context) error {
 			pids[pid] = true
 		}
 	}
-	list := make([]int64, 0, len(pids))
+	list := make([]int32, 0, len(pids))
 	for pid := range pids {
-		list = append(list, int64(pid))
+		list = append(list, int32(pid))
 	}
-	err := b.adminExec(ctx, "SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid", list)
+	err := b.admin(ctx, func(conn *pgx.Conn) error { return terminate(ctx, conn, list) })
 	for _, pc := range idle { // terminated: close them so the pool drops them
 		discard(pc)
 	}
@@ -70,19 +83,48 @@ func (b *backend) KillSessions(ctx context.Context) error {
 	return nil
 }
 
-// adminExec runs one statement on a new connection of its own (not the
-// pool's: it may be exhausted, and the statement may terminate the pool's
-// sessions), made from the pool's connection settings.
-func (b *backend) adminExec(ctx context.Context, sql string, args ...any) error {
+// admin runs f on a new connection of its own (not the pool's: it may be
+// exhausted, and f may terminate the pool's sessions), made with the
+// pool's settings and hooks.
+func (b *backend) admin(ctx context.Context, f func(*pgx.Conn) error) error {
 	conn, err := connectLike(ctx, b.pool)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	rows, err := conn.Query(ctx, sql, args...)
-	if err != nil {
+	return f(conn)
+}
+
+// terminateWait bounds how long terminate waits for the terminated
+// sessions to exit.
+const terminateWait = 10 * time.Second
+
+// terminate ends the sessions pids with pg_terminate_backend and waits
+// until they have exited: pg_terminate_backend only signals the session,
+// which frees its locks when it exits a moment later.
+func terminate(ctx context.Context, conn *pgx.Conn, pids []int32) error {
+	if len(pids) == 0 {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid", pids); err != nil {
 		return err
 	}
-	rows.Close()
-	return rows.Err()
+	deadline := time.Now().Add(terminateWait)
+	for {
+		var left int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1::int[])", pids).Scan(&left); err != nil {
+			return err
+		}
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d terminated session(s) still running after %v", left, terminateWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -69,21 +70,31 @@ func (h *harness) KillSession(ctx context.Context, c *fencelock.Client) error {
 	return err
 }
 
-// terminateHolder terminates the session holding advisory lock key and
-// returns how many it terminated (0 or 1). A bigint advisory lock shows in
-// pg_locks as classid = high 32 bits, objid = low 32 bits, objsubid = 1.
+// terminateHolder terminates the session holding advisory lock key, waits
+// until it has exited (pg_terminate_backend only signals it; the lock is
+// freed when it exits), and returns how many it terminated (0 or 1). A
+// bigint advisory lock shows in pg_locks as classid = high 32 bits,
+// objid = low 32 bits, objsubid = 1.
 func terminateHolder(ctx context.Context, db *pgxpool.Pool, key int64) (int, error) {
-	hi, lo := int64(uint64(key)>>32), int64(uint32(key))
-	rows, err := db.Query(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
-		WHERE locktype = 'advisory' AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1 AND granted`, hi, lo)
-	if err != nil {
+	pid, err := holderPID(ctx, db, key)
+	if err != nil || pid == 0 {
 		return 0, err
 	}
-	n := 0
-	for rows.Next() {
-		n++
+	if _, err := db.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+		return 0, err
 	}
-	return n, rows.Err()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var alive bool
+		if err := db.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)", pid).Scan(&alive); err != nil {
+			return 1, err
+		}
+		if !alive {
+			return 1, nil
+		}
+		if time.Now().After(deadline) {
+			return 1, errors.New("terminated session still running after 10s")
+		}
+	}
 }
 
 // holderPID returns the backend PID holding advisory lock key, or 0.
