@@ -50,7 +50,13 @@
 //     nothing. It returns once every primary that granted has answered and
 //     a majority is known free of the token; calls to frozen primaries go
 //     on in the background (bounded by min(TTL, 2s)). If a majority cannot
-//     be confirmed free, the error also wraps ErrIndeterminate.
+//     be confirmed free, the error also wraps ErrIndeterminate. The void
+//     reaches a frozen primary only if the abandon could be written to it:
+//     when every pooled connection to it is stuck on a request, go-redis
+//     cannot open a new one (its handshake waits for the frozen server), so
+//     an acquire request stuck there may grant a dead token when it thaws.
+//     That token holds that primary alone (no lease has it) until its TTL
+//     runs out.
 //   - Extend (renewal): PEXPIRE K on every primary where it holds our token;
 //     it succeeds when Q did so within the validity of the new TTL, and
 //     reports the lease lost (ErrLeaseLost, and frees the rest) as soon as
