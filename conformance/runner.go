@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -111,11 +112,15 @@ type Result struct {
 // RunConformanceTests runs every check against the harness newHarness
 // makes, one t.Run per check with a fresh harness each, each under its
 // deadline (a hung check fails its subtest, naming what it waited for, and
-// does not hang go test). Call it from a backend's test; see URLHarness to
+// does not hang go test; see BaseDeadlineEnv). Call it from a backend's test; see URLHarness to
 // run it against a deployed store.
 func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 	if runFreezeChildIfRequested() {
 		return
+	}
+	o, err := envOptions()
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
@@ -127,13 +132,30 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 			}
 			t.Cleanup(h.Close)
 			r := &runT{name: t.Name(), test: t, top: topName(t.Name())}
-			runCheck(t.Context(), c, r, nil, func(context.Context, TB) (Harness, error) { return h, nil })
+			runCheck(t.Context(), c, r, o, func(context.Context, TB) (Harness, error) { return h, nil })
 			r.finish()
 			if r.outcome() == "skip" {
 				t.Skip(strings.Join(r.msgs, "; "))
 			}
 		})
 	}
+}
+
+// BaseDeadlineEnv, if set to a Go duration, is RunConformanceTests's base
+// deadline (RunOptions.BaseDeadline): raise it for a slow store, lower it
+// to fail hung checks sooner.
+const BaseDeadlineEnv = "FENCELOCK_CONFORMANCE_BASE_DEADLINE"
+
+func envOptions() (*RunOptions, error) {
+	v := os.Getenv(BaseDeadlineEnv)
+	if v == "" {
+		return nil, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return nil, fmt.Errorf("%s=%q: want a positive Go duration such as 30s", BaseDeadlineEnv, v)
+	}
+	return &RunOptions{BaseDeadline: d}, nil
 }
 
 func topName(n string) string {

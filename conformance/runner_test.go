@@ -2,6 +2,8 @@ package conformance
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -91,5 +93,50 @@ func TestRunWithOptionsSelectChecks(t *testing.T) {
 		if r.Outcome != "pass" {
 			t.Errorf("%s: %s %s", r.Check, r.Outcome, r.Detail)
 		}
+	}
+}
+
+// hungChildEnv makes this test binary, re-executed, run RunConformanceTests
+// with a suite of one check that never returns on its own.
+const hungChildEnv = "FENCELOCK_TEST_HUNG_CHILD"
+
+func TestHungCheckChild(t *testing.T) {
+	if os.Getenv(hungChildEnv) == "" {
+		t.Skip("helper for TestRunConformanceTestsDoesNotHang")
+	}
+	checks = []check{{name: "Hung", ttls: 1, run: func(t TB, e *env) {
+		a, b := e.client(), e.client()
+		_, err := a.TryAcquire(e.ctx, "x", opts(longTTL, true))
+		mustNil(t, err, "TryAcquire")
+		e.waiting("a release that never comes")
+		_, _ = b.Acquire(e.ctx, "x", nil)
+	}}, {name: "After", run: func(t TB, e *env) { t.Logf("the run went on") }}}
+	RunConformanceTests(t, func(context.Context, testing.TB) (Harness, error) { return memHarness{memory.NewStore()}, nil })
+}
+
+// RunConformanceTests with a hung check: the subtest fails at its deadline
+// with the report, the next check runs, and go test returns.
+func TestRunConformanceTestsDoesNotHang(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestHungCheckChild$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), hungChildEnv+"=1", BaseDeadlineEnv+"=1s")
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start)
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("child: err %v after %v (want a failing exit, well before 30s)\n%s", err, took, out)
+	}
+	for _, want := range []string{"--- FAIL: TestHungCheckChild/Hung", "DEADLINE", "waiting for a release that never comes", "--- PASS: TestHungCheckChild/After", "the run went on"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("child output lacks %q:\n%s", want, out)
+		}
+	}
+	if took > 15*time.Second {
+		t.Errorf("child took %v with a 1.4s deadline", took)
 	}
 }
