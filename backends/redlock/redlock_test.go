@@ -110,9 +110,6 @@ func TestConformance3(t *testing.T) {
 // TestURLHarness runs the suite's own URL harness (what `fencelock
 // conformance --url` uses) on 5 primaries.
 func TestURLHarness(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a third full suite run")
-	}
 	conformance.RunConformanceTests(t, conformance.URLHarness(storeURL(t, 5)))
 }
 
