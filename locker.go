@@ -379,22 +379,39 @@ func (c *Client) usable(ctx context.Context) error {
 
 // cancelErr prefers the ctx error when ctx ended during an attempt, so that
 // errors.Is(err, ctx.Err()) holds for the caller.
+//
+// A ctx whose deadline has passed counts as ended even before ctx.Err() is
+// set: a store client (gRPC, pgx) that timed out on the same deadline by
+// its own clock may return first, with an error of its own.
 func (c *Client) cancelErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-		return fmt.Errorf("%w (%w)", ctx.Err(), err)
+	cerr := ctxEnded(ctx)
+	if cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w (%w)", cerr, err)
 	}
 	return err
+}
+
+// ctxEnded is ctx.Err(), or context.DeadlineExceeded once ctx's deadline
+// has passed.
+func ctxEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // waitErr maps the end of a blocking wait to the caller's view: the caller's
 // ctx error, ErrClosed, ErrNotAcquired for the wait bound, or the error.
 func (c *Client) waitErr(parent, wctx context.Context, err error, wait time.Duration) error {
-	switch {
-	case parent.Err() != nil:
-		if errors.Is(err, parent.Err()) {
+	switch perr := ctxEnded(parent); {
+	case perr != nil:
+		if errors.Is(err, perr) {
 			return err
 		}
-		return parent.Err()
+		return fmt.Errorf("%w (%w)", perr, err)
 	case errors.Is(context.Cause(wctx), ErrClosed):
 		return ErrClosed
 	case errors.Is(context.Cause(wctx), errWaitElapsed):

@@ -19,7 +19,16 @@ type harness struct {
 	s    *memory.Store
 	ln   net.Listener
 	done chan struct{}
+	stallers
 }
+
+var (
+	_ conformance.PromptLoss     = (*harness)(nil)
+	_ conformance.RenewalStaller = (*harness)(nil)
+)
+
+// PromptLoss: the Store tells a holder at once when it drops its lock.
+func (h *harness) PromptLoss() bool { return true }
 
 func newHarness(rpc bool) conformance.HarnessMaker {
 	return func(ctx context.Context, t testing.TB) (conformance.Harness, error) {
@@ -37,7 +46,7 @@ func newHarness(rpc bool) conformance.HarnessMaker {
 }
 
 func (h *harness) MakeClient(ctx context.Context, opts *fencelock.Options) (*fencelock.Client, error) {
-	return memory.New(h.s, opts), nil
+	return h.client(h.s, opts), nil
 }
 
 // rpcHarness makes memrpc:// clients of the same served Store; it has no
