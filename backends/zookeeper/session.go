@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -31,7 +32,14 @@ type session struct {
 
 	authMu sync.Mutex
 	authed bool
+
+	dials atomic.Int64 // connections made
+
 }
+
+// reconnectHold is how long a reconnection holds back its first request
+// (see sniffConn).
+const reconnectHold = 50 * time.Millisecond
 
 // sessionFor returns the session of the TTL class of ttl, connecting it if
 // needed, once it has an established ZooKeeper session.
@@ -80,7 +88,11 @@ func (b *backend) connect(timeout time.Duration) (*session, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &sniffConn{Conn: c, onConnect: s.onConnect}, nil
+		sc := &sniffConn{Conn: c, onConnect: s.onConnect}
+		if s.dials.Add(1) > 1 {
+			sc.hold = reconnectHold
+		}
+		return sc, nil
 	}
 	conn, _, err := zk.Connect(b.servers, timeout,
 		zk.WithDialer(dial), zk.WithHostProvider(&hostProvider{}), zk.WithLogger(b.logger), zk.WithLogInfo(false),

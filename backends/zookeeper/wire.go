@@ -158,13 +158,35 @@ func probeMinTimeout(ctx context.Context, servers []string) (time.Duration, erro
 
 // sniffConn wraps a go-zookeeper connection and decodes the first frame
 // the server sends on it: the connect response.
+//
+// On a reconnection (hold > 0) it also holds back the client's writes for
+// hold after the connect response: go-zookeeper v1.0.4 reads its last seen
+// zxid (to re-register watches) concurrently with its receive loop writing
+// it on a reply (a data race, go-zookeeper/zk#35, samuel/go-zookeeper#260);
+// with no request sent yet, no reply can arrive in that window.
 type sniffConn struct {
 	net.Conn
 	onConnect func(connectResp)
+	hold      time.Duration
 
-	mu   sync.Mutex
-	buf  []byte
-	done bool
+	mu      sync.Mutex
+	buf     []byte
+	done    bool
+	readyAt time.Time
+}
+
+func (c *sniffConn) Write(p []byte) (int, error) {
+	if c.hold > 0 {
+		c.mu.Lock()
+		at := c.readyAt
+		c.mu.Unlock()
+		if !at.IsZero() {
+			if d := c.hold - time.Since(at); d > 0 {
+				time.Sleep(d)
+			}
+		}
+	}
+	return c.Conn.Write(p)
 }
 
 func (c *sniffConn) Read(p []byte) (int, error) {
@@ -176,6 +198,7 @@ func (c *sniffConn) Read(p []byte) (int, error) {
 			if len(c.buf) >= 4 {
 				if size := int(binary.BigEndian.Uint32(c.buf[:4])); len(c.buf) >= 4+size {
 					c.done = true
+					c.readyAt = time.Now()
 					if r, perr := parseConnectResp(c.buf[4 : 4+size]); perr == nil {
 						c.onConnect(r)
 					}
