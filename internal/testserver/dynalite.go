@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -102,7 +101,7 @@ func StartDynaliteProcess(tb testing.TB, opts *DynaliteOptions) *Dynalite {
 	tb.Cleanup(func() {
 		if tb.Failed() {
 			state := "running"
-			if pid := d.Proc.PID(); pid == 0 || syscall.Kill(pid, 0) != nil {
+			if pid := d.Proc.PID(); pid == 0 || !processAlive(pid) {
 				state = "had EXITED before cleanup"
 			}
 			tb.Logf("dynalite %s (%s); its output:\n%s", d.Endpoint(), state, d.Proc.Output())

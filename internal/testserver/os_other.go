@@ -44,3 +44,10 @@ func procAttr(*Credential, bool) *syscall.SysProcAttr { return nil }
 func newCredential(uid, gid uint32) *Credential { return &Credential{Uid: uid, Gid: gid} }
 
 func isRoot() bool { return false }
+
+// processAlive reports whether process pid exists, as far as can be told
+// here (os.FindProcess).
+func processAlive(pid int) bool {
+	_, err := os.FindProcess(pid)
+	return err == nil
+}

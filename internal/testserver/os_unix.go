@@ -38,3 +38,6 @@ func procAttr(cred *Credential, group bool) *syscall.SysProcAttr {
 func newCredential(uid, gid uint32) *Credential { return &Credential{Uid: uid, Gid: gid} }
 
 func isRoot() bool { return os.Geteuid() == 0 }
+
+// processAlive reports whether process pid exists (signal 0).
+func processAlive(pid int) bool { return syscall.Kill(pid, 0) == nil }
