@@ -195,8 +195,11 @@ func TestTxFailedStatementLosesLease(t *testing.T) {
 func TestTxWithRenewals(t *testing.T) {
 	e := newEnv(t)
 	tab := e.table()
-	l, tx := e.leaseTx(e.client(""), opts(150*time.Millisecond, true))
-	deadline := time.Now().Add(600 * time.Millisecond)
+	// Renewals interleave with the Tx's statements for 3×TTL; the TTL leaves
+	// room for a starved scheduler (150ms lost leases on a loaded machine).
+	const ttl = 400 * time.Millisecond
+	l, tx := e.leaseTx(e.client(""), opts(ttl, true))
+	deadline := time.Now().Add(3 * ttl)
 	n := 0
 	for time.Now().Before(deadline) {
 		n++
