@@ -25,7 +25,7 @@ type target struct {
 func runCompare(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	var urls multiFlag
-	fs.Var(&urls, "url", "a store URL to compare (repeatable); default: start mem, redis, etcd and postgres locally")
+	fs.Var(&urls, "url", "a store URL to compare (repeatable); default: start mem, redis, etcd, postgres, redlock (5 primaries), zookeeper and dynamodb (dynalite) locally")
 	out := fs.String("out", "docs/comparison.md", "where to write the markdown ('-' for stdout)")
 	n := fs.Int("n", 1000, "uncontended acquire+release iterations per store")
 	handoffs := fs.Int("handoffs", 100, "hand-offs per store")
@@ -158,6 +158,24 @@ func compareTargets(ctx context.Context, urls []string) ([]target, func(), error
 		ts = append(ts, target{"pgadvisory", p.URL()})
 	} else {
 		fmt.Fprintf(os.Stderr, "compare: skipping postgres: %v (%s)\n", err, testserver.InstallHint)
+	}
+	if m, stop, err := testserver.NewRedisNodes(ctx, 5, nil); err == nil {
+		cleanups = append(cleanups, stop)
+		ts = append(ts, target{"redlock (5 primaries)", m.URL()})
+	} else {
+		fmt.Fprintf(os.Stderr, "compare: skipping redlock: %v (%s)\n", err, testserver.InstallHint)
+	}
+	if z, err := testserver.NewZooKeeper(ctx, 1); err == nil {
+		cleanups = append(cleanups, z.Cleanup)
+		ts = append(ts, target{"zookeeper", z.URL()})
+	} else {
+		fmt.Fprintf(os.Stderr, "compare: skipping zookeeper: %v (%s)\n", err, testserver.InstallHint)
+	}
+	if d, stop, err := testserver.NewDynalite(ctx); err == nil {
+		cleanups = append(cleanups, stop)
+		ts = append(ts, target{"dynamodb (dynalite)", d.URL()})
+	} else {
+		fmt.Fprintf(os.Stderr, "compare: skipping dynamodb: %v (%s)\n", err, testserver.InstallHint)
 	}
 	return ts, cleanup, nil
 }
