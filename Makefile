@@ -4,7 +4,7 @@ export PATH := $(PATH):/usr/local/go/bin
 
 .PHONY: setup test crossbuild demo lint bench
 
-# Install the real test servers (redis, postgres) from Debian packages.
+# Install the real test servers: redis, postgres, zookeeper, etcd (Debian), dynalite (npm).
 setup:
 	./scripts/setup.sh
 
