@@ -14,6 +14,7 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
@@ -106,6 +107,11 @@ func (o *URLOpener) options(u *url.URL) ([]*goredis.Options, error) {
 	// than after go-redis's default 5 dials 100ms apart.
 	base.DialerRetries = 1
 	base.DialerRetryTimeout = time.Millisecond
+	// Redis OSS has no maintenance notifications: skip go-redis's attempt
+	// to enable them on every new connection (a wasted round trip, and in
+	// go-redis 9.23 the auto-mode fallback writes the shared options while
+	// a Client.Conn reads them: a data race).
+	base.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	base.ClientName = "fencelock-redlock-" + randHex(6)
 	if u.User != nil {
 		base.Username = u.User.Username()
@@ -150,6 +156,7 @@ func (o *URLOpener) options(u *url.URL) ([]*goredis.Options, error) {
 		seen = append(seen, h)
 		ro := base
 		ro.Addr = h
+		ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		if secure {
 			if o.TLSConfig != nil {
 				ro.TLSConfig = o.TLSConfig.Clone()
