@@ -30,7 +30,12 @@ func createTable(ctx context.Context, c *ddb.Client) error {
 		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("k"), KeyType: types.KeyTypeHash}},
 		BillingMode:          types.BillingModePayPerRequest,
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	// Even with --createTableMs 0 the table turns ACTIVE asynchronously.
+	w := ddb.NewTableExistsWaiter(c, func(o *ddb.TableExistsWaiterOptions) { o.MinDelay = 20 * time.Millisecond })
+	return w.Wait(ctx, &ddb.DescribeTableInput{TableName: aws.String("ttt")}, 10*time.Second)
 }
 
 func putGet(ctx context.Context, c *ddb.Client, put bool) (map[string]types.AttributeValue, error) {
