@@ -2,6 +2,7 @@ package zookeeper
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -33,9 +34,13 @@ type session struct {
 	authMu sync.Mutex
 	authed bool
 
-	dials atomic.Int64 // connections made
+	dials   atomic.Int64 // connections made
+	killing atomic.Bool  // kill in progress: do not reconnect yet
 
 }
+
+// errKilling: a reconnection attempt while KillSessions closes the session.
+var errKilling = errors.New("zookeeper: session being closed by KillSessions")
 
 // reconnectHold is how long a reconnection holds back its first request
 // (see sniffConn).
@@ -84,6 +89,9 @@ func (b *backend) sessionFor(ctx context.Context, ttl time.Duration) (*session, 
 func (b *backend) connect(timeout time.Duration) (*session, error) {
 	s := &session{b: b, timeout: timeout, ready: make(chan struct{}), leases: map[*lease]struct{}{}, wake: make(chan struct{})}
 	dial := func(network, addr string, to time.Duration) (net.Conn, error) {
+		if s.killing.Load() {
+			return nil, errKilling
+		}
 		c, err := b.dial(network, addr, to)
 		if err != nil {
 			return nil, err
@@ -205,6 +213,11 @@ func (s *session) kill(ctx context.Context) error {
 	if id == 0 {
 		return nil
 	}
+	// Attaching our connection to the session makes the server drop the
+	// session's own; if go-zookeeper reconnected at once it would take the
+	// session back before our closeSession. Keep it off until we are done.
+	s.killing.Store(true)
+	defer s.killing.Store(false)
 	var errs []error
 	// A server may drop the second connection (for example while the
 	// session's own client is reconnecting at that moment): try a few
