@@ -145,7 +145,19 @@ func LostUpdates(ctx context.Context, lockers []fencelock.Locker, res guard.Reso
 
 // section runs one critical section; ok reports whether its write landed.
 func section(ctx context.Context, lk fencelock.Locker, res guard.Resource, mode Mode, cfg LostUpdatesConfig, stall bool) (ok bool, err error) {
-	l, err := lk.Acquire(ctx, cfg.Name, &fencelock.AcquireOptions{TTL: cfg.TTL, AutoRenew: fencelock.Bool(false)})
+	var pause time.Duration
+	if stall {
+		pause = cfg.Stall
+	}
+	return guardedIncrement(ctx, lk, cfg.Name, cfg.TTL, res, mode, pause)
+}
+
+// guardedIncrement takes the lock (auto-renew off), reads (or claims)
+// res, pauses for pause, and writes the increment as mode says. ok
+// reports whether the write landed; a write the guard refused is not an
+// error.
+func guardedIncrement(ctx context.Context, lk fencelock.Locker, name string, ttl time.Duration, res guard.Resource, mode Mode, pause time.Duration) (ok bool, err error) {
+	l, err := lk.Acquire(ctx, name, &fencelock.AcquireOptions{TTL: ttl, AutoRenew: fencelock.Bool(false)})
 	if err != nil {
 		return false, err
 	}
@@ -154,17 +166,8 @@ func section(ctx context.Context, lk fencelock.Locker, res guard.Resource, mode 
 			err = rerr
 		}
 	}()
-	pause := func() {
-		if stall {
-			// A stalled worker does not look at its lease: that is the hazard.
-			t := time.NewTimer(cfg.Stall)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-			}
-		}
-	}
+	// A stalled worker does not look at its lease: that is the hazard.
+	wait := func() { sleepCtx(ctx, pause) }
 	f := uint64(l.Fence())
 	var v int64
 	switch mode {
@@ -172,17 +175,17 @@ func section(ctx context.Context, lk fencelock.Locker, res guard.Resource, mode 
 		if v, err = res.Read(ctx); err != nil {
 			return false, err
 		}
-		pause()
+		wait()
 		return true, res.Write(ctx, v+1)
 	case WriteOnly:
 		if v, err = res.Read(ctx); err != nil {
 			return false, err
 		}
-		pause()
+		wait()
 		err = res.WriteIfNotOlder(ctx, f, v+1)
 	case ClaimFirst:
 		if v, err = res.Claim(ctx, f); err == nil {
-			pause()
+			wait()
 			err = res.WriteClaimed(ctx, f, v+1)
 		}
 	}

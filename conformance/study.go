@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -90,7 +89,7 @@ func Study(ctx context.Context, lockers []fencelock.Locker, res guard.Resource, 
 				}
 				// Redo until the write lands; only the first attempt stalls.
 				for attempt := 0; ; attempt++ {
-					ok, err := studyAttempt(ctx, lk, res, mode, cfg, stall)
+					ok, err := guardedIncrement(ctx, lk, cfg.Name, cfg.TTL, res, mode, stall+cfg.Work)
 					if err != nil {
 						errc <- err
 						cancel()
@@ -122,47 +121,6 @@ func Study(ctx context.Context, lockers []fencelock.Locker, res guard.Resource, 
 	r.Lost = r.Sections - int(r.Final)
 	r.Elapsed = time.Since(start)
 	return r, nil
-}
-
-// studyAttempt is one attempt at a section: acquire, read (or claim),
-// stall, work, write. ok reports whether the write landed.
-func studyAttempt(ctx context.Context, lk fencelock.Locker, res guard.Resource, mode Mode, cfg StudyConfig, stall time.Duration) (ok bool, err error) {
-	l, err := lk.Acquire(ctx, cfg.Name, &fencelock.AcquireOptions{TTL: cfg.TTL, AutoRenew: fencelock.Bool(false)})
-	if err != nil {
-		return false, err
-	}
-	defer func() {
-		if rerr := l.Release(ctx); rerr != nil && !errors.Is(rerr, fencelock.ErrLeaseLost) && err == nil {
-			err = rerr
-		}
-	}()
-	// A stalled worker does not look at its lease: that is the hazard.
-	pause := func() { sleepCtx(ctx, stall+cfg.Work) }
-	f := uint64(l.Fence())
-	var v int64
-	switch mode {
-	case NoFencing:
-		if v, err = res.Read(ctx); err != nil {
-			return false, err
-		}
-		pause()
-		return true, res.Write(ctx, v+1)
-	case WriteOnly:
-		if v, err = res.Read(ctx); err != nil {
-			return false, err
-		}
-		pause()
-		err = res.WriteIfNotOlder(ctx, f, v+1)
-	case ClaimFirst:
-		if v, err = res.Claim(ctx, f); err == nil {
-			pause()
-			err = res.WriteClaimed(ctx, f, v+1)
-		}
-	}
-	if errors.Is(err, guard.ErrStale) {
-		return false, nil
-	}
-	return err == nil, err
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
