@@ -102,7 +102,7 @@ func TestConformance5(t *testing.T) {
 
 func TestConformance3(t *testing.T) {
 	if os.Getenv("REDLOCK_URL") != "" {
-		t.Skip("REDLOCK_URL set: TestConformance5 covers it")
+		testserver.SkipExternal(t, "REDLOCK_URL set: TestConformance5 covers it")
 	}
 	conformance.RunConformanceTests(t, newHarness(testserver.StartRedisNodes(t, 3, nil).URL()))
 }

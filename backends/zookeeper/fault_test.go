@@ -76,7 +76,7 @@ func await(t *testing.T, ch <-chan grant, d time.Duration, what string) grant {
 // holder releases, and fences increase.
 func TestFaultEnsembleLeaderKilled(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts 3 ZooKeeper servers")
+		t.Skip("-short: starts 3 ZooKeeper servers")
 	}
 	z := testserver.StartZooKeeperEnsemble(t, 3)
 	ctx := t.Context()
@@ -157,7 +157,7 @@ func TestFaultClientPartitioned(t *testing.T) {
 	u := sharedURL(t)
 	srv := servers(t, u)
 	if len(srv) != 1 {
-		t.Skip("needs a single server behind the proxy")
+		testserver.SkipExternal(t, "needs a single server behind the proxy")
 	}
 	proxy, err := testserver.NewEtcdProxy(srv[0])
 	if err != nil {
@@ -219,7 +219,7 @@ func TestFaultOverlongLeaseEndsAtDisconnect(t *testing.T) {
 	u := sharedURL(t)
 	srv := servers(t, u)
 	if len(srv) != 1 {
-		t.Skip("needs a single server behind the proxy")
+		testserver.SkipExternal(t, "needs a single server behind the proxy")
 	}
 	proxy, err := testserver.NewEtcdProxy(srv[0])
 	if err != nil {
