@@ -274,7 +274,7 @@ var mutantOptions = conformance.RunOptions{BaseDeadline: 3 * time.Second, TTL: 2
 
 func TestMutants(t *testing.T) {
 	if testing.Short() {
-		t.Skip("the mutation self-test runs the suite many times")
+		t.Skip("-short: the mutation self-test runs the suite many times")
 	}
 	start := time.Now()
 	ctx := t.Context()

@@ -32,7 +32,7 @@ func TestConformance(t *testing.T) {
 func TestConformanceEnsemble(t *testing.T) {
 	conformance.MaybeRunChild()
 	if testing.Short() {
-		t.Skip("starts 3 ZooKeeper servers")
+		t.Skip("-short: starts 3 ZooKeeper servers")
 	}
 	z := testserver.StartZooKeeperEnsemble(t, 3)
 	conformance.RunConformanceTests(t, conformance.URLHarness(z.URL()))
