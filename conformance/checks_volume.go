@@ -170,7 +170,7 @@ func testCancelledTry(t TB, e *env) {
 		}
 		l2, err2 := b.TryAcquire(e.ctx, name, opts(longTTL, false))
 		if errors.Is(err2, fencelock.ErrNotAcquired) {
-			t.Fatalf("round %d: TryAcquire with a %v ctx deadline (median call %v) returned %v and left the lock held", i, d, med, err)
+			t.Fatalf("round %d: TryAcquire with a %v ctx deadline (median call %v) returned %v and left the lock held (another client's TryAcquire: %v)", i, d, med, err, err2)
 		}
 		mustNil(t, err2, "TryAcquire after a cancelled TryAcquire")
 		mustNil(t, l2.Release(e.ctx), "Release")

@@ -62,6 +62,10 @@ const answerWait = time.Second
 // closes the go-redis clients under them.
 const closeGrace = time.Second
 
+// abandonGraceMin is the least abandon waits, once a majority is known
+// free, for the other primaries' answers.
+const abandonGraceMin = 20 * time.Millisecond
+
 // voidLifetime is how long an abandoned attempt's token stays void on a
 // primary that never answered the acquire request.
 const voidLifetime = 5 * time.Minute
@@ -403,10 +407,9 @@ func refusal(n, q, held, failed int, pttl int64, errs []error) error {
 // releases the lock if it holds the token and voids the token, so that an
 // acquire request still in flight grants nothing when it lands.
 //
-// It returns once every primary that granted has answered and a majority
-// is known free of the token (refused, never reached, or abandoned), or
-// when all have answered, or after min(TTL, 2s); the calls to primaries
-// that have not answered go on in the background until then. If a
+// It returns once every primary that may hold the token has answered, or
+// after min(TTL, 2s) for those that do not answer (a frozen primary); so
+// on a responsive store nothing is left held when it returns. If a
 // majority cannot be confirmed free, the error also wraps ErrIndeterminate:
 // the token may hold a majority until its TTL ends.
 func (b *backend) abandon(req driver.AcquireRequest, k keys, at *attempt, cause error) error {
@@ -434,16 +437,39 @@ func (b *backend) abandon(req driver.AcquireRequest, k keys, at *attempt, cause 
 		return v, 0, err
 	})
 	var errs []error
-	for got := 0; got < len(idx) && (granted > 0 || free < q); got++ {
-		r := <-replies // every call ends by its deadline
+	// Wait until every primary that granted has answered and a majority is
+	// known free; then, for a short grace, for the others too: a
+	// responsive primary answers about as fast as the majority did, and
+	// returning while it still holds the token (its acquire landed before
+	// the release) would leave the lock held past the call. A frozen
+	// primary is not waited for beyond the grace: its release and void are
+	// queued and apply when it thaws.
+	start := time.Now()
+	var grace <-chan time.Time
+	startGrace := func() {
+		if grace == nil && granted == 0 && free >= q {
+			t := time.NewTimer(max(abandonGraceMin, 2*time.Since(start)))
+			grace = t.C
+		}
+	}
+	startGrace()
+	for got := 0; got < len(idx); got++ {
+		var r reply
+		select {
+		case r = <-replies: // every call ends by its deadline
+		case <-grace:
+			got = len(idx)
+			continue
+		}
 		if wasGranted[r.i] {
 			granted--
 		}
 		if r.err != nil {
 			errs = append(errs, nodeErr(b.nodes[r.i].addr, "abandon", r.err))
-			continue
+		} else {
+			free++
 		}
-		free++
+		startGrace()
 	}
 	if free < q {
 		return fmt.Errorf("%w: %w; the lock may stay held under this attempt's token until its TTL of %v ends (only %d of %d primaries confirmed free: %v)",
