@@ -458,13 +458,14 @@ func (l *Lease) end(cause error) {
 		l.expiryTimer.Stop()
 	}
 	l.mu.Unlock()
-	l.cancel(cause)
+	// Bookkeeping first, so that whoever sees Done also sees the metrics.
 	l.c.forget(l)
 	l.c.m.held(l.sent)
 	if errors.Is(cause, ErrLeaseLost) {
 		l.c.m.add(l.c.m.lost)
 		l.c.log.Warn("fencelock: lease lost", "name", l.name, "fence", uint64(l.fence), "err", cause)
 	}
+	l.cancel(cause)
 }
 
 // endedErr is why an ended lease ended.
