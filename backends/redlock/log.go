@@ -1,13 +1,9 @@
 package redlock
 
 import (
-	"context"
-	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 
-	goredis "github.com/redis/go-redis/v9"
+	"github.com/fencelock/fencelock/internal/goredislog"
 )
 
 // go-redis writes some errors (a pool that cannot dial, a connection
@@ -19,30 +15,15 @@ import (
 // *slog.Logger given to LogGoRedisTo, or nowhere. Clients made with New
 // leave go-redis's logger alone (the go-redis clients are the caller's,
 // and so is their logging). The redis backend does the same with its own
-// LogGoRedisTo; with both in one process, the logger installed last
-// receives every line, so give both the same destination.
+// LogGoRedisTo; both share one destination (internal/goredislog).
 
-var (
-	goRedisLogOnce sync.Once
-	goRedisLogDest atomic.Pointer[slog.Logger]
-)
+// LogGoRedisTo sends go-redis's own log lines to l at level Warn, or drops
+// them if l is nil (the default once a Client was opened by URL). The
+// destination is shared with every fencelock backend built on go-redis. It
+// replaces a logger given to goredis.SetLogger earlier; call
+// goredis.SetLogger afterwards to take go-redis's logging back.
+func LogGoRedisTo(l *slog.Logger) { goredislog.To(l) }
 
-// LogGoRedisTo installs (once per process) a go-redis logger that sends
-// go-redis's own log lines to l at level Warn, or drops them if l is nil,
-// and sets l as their destination from now on.
-func LogGoRedisTo(l *slog.Logger) {
-	goRedisLogDest.Store(l)
-	quietGoRedis()
-}
-
-func quietGoRedis() {
-	goRedisLogOnce.Do(func() { goredis.SetLogger(goRedisLogger{}) })
-}
-
-type goRedisLogger struct{}
-
-func (goRedisLogger) Printf(ctx context.Context, format string, v ...any) {
-	if l := goRedisLogDest.Load(); l != nil {
-		l.WarnContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
-	}
-}
+// quietGoRedis drops go-redis's log lines unless LogGoRedisTo chose a
+// destination.
+func quietGoRedis() { goredislog.Quiet() }
