@@ -37,11 +37,14 @@ var published = map[string]map[float64][3]string{
 // studyRun is one profile's runs on one store: per stall rate and mode,
 // the lost and rejected counts of each run.
 type studyRun struct {
-	profile string
-	ttl     time.Duration
-	rates   []float64
-	lost    map[float64]map[conformance.Mode][]int
-	rej     map[float64]map[conformance.Mode][]int
+	profile  string
+	cfg      conformance.StudyConfig
+	runs     int
+	resource string // what the counter lived in
+	ttl      time.Duration
+	rates    []float64
+	lost     map[float64]map[conformance.Mode][]int
+	rej      map[float64]map[conformance.Mode][]int
 }
 
 // runStudy runs profile's protocol runs times per stall rate and mode on
@@ -52,15 +55,21 @@ func runStudy(ctx context.Context, lks []fencelock.Locker, newRes func(ctx conte
 	if !ok {
 		return nil, fmt.Errorf("unknown --profile %q: want quick, study or overlap", profile)
 	}
-	if runs <= 0 {
-		return nil, fmt.Errorf("--runs must be positive")
-	}
 	cfg := p.cfg
 	if sections > 0 {
 		cfg.Sections = sections
 	}
-	sr := &studyRun{profile: profile, ttl: cfg.TTL, rates: p.rates, lost: map[float64]map[conformance.Mode][]int{}, rej: map[float64]map[conformance.Mode][]int{}}
-	for ri, rate := range p.rates {
+	return runStudyConfig(ctx, lks, newRes, profile, cfg, p.rates, runs, name)
+}
+
+// runStudyConfig runs the protocol cfg (published as profile) runs times
+// per stall rate and mode.
+func runStudyConfig(ctx context.Context, lks []fencelock.Locker, newRes func(ctx context.Context, id string) (guard.Resource, error), profile string, cfg conformance.StudyConfig, rates []float64, runs int, name string) (*studyRun, error) {
+	if runs <= 0 {
+		return nil, fmt.Errorf("--runs must be positive")
+	}
+	sr := &studyRun{profile: profile, cfg: cfg, runs: runs, ttl: cfg.TTL, rates: rates, lost: map[float64]map[conformance.Mode][]int{}, rej: map[float64]map[conformance.Mode][]int{}}
+	for ri, rate := range rates {
 		sr.lost[rate], sr.rej[rate] = map[conformance.Mode][]int{}, map[conformance.Mode][]int{}
 		for run := range runs {
 			for _, m := range conformance.Modes {
