@@ -118,12 +118,15 @@
 //
 // A blocked Acquire is woken by the release notice (Capabilities.Wait is
 // WaitNotify): each Client keeps one pub/sub connection, shared by all its
-// waiters, subscribed to the channels of the locks they wait for. A waiter
-// subscribes, waits until the server confirms, then checks the key, so a
-// release between its failed attempt and its subscription is not missed.
+// waiters, subscribed to the channels of the locks they wait for. A refused
+// Acquire subscribes once and waits until the server confirms (a PING
+// reply); from then on the Client counts the release notices it hears per
+// channel, reads the count before each attempt, and retries when it has
+// grown: a release after a refused attempt is published after it, so it
+// is never missed, and each retry costs one round trip (the attempt).
 // Expiry publishes nothing, and neither do other clients such as redis-py:
-// a waiter also wakes when the holder's TTL (read with PTTL) runs out, and
-// the portable backoff bounds every wait. Every waiter on the name wakes and
+// a waiter also retries when the holder's TTL (the refused attempt returns
+// it) runs out, and at least once a second. Every waiter on the name
 // retries; one wins. There is no queue (FIFO is false).
 //
 // In Redis Cluster the release notice is a plain PUBLISH, which the cluster

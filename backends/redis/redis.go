@@ -78,8 +78,9 @@ func New(client goredis.UniversalClient, opts *fencelock.Options) *fencelock.Cli
 	return fencelock.New(newBackend(client, false), opts)
 }
 
-// backend is the Redis driver. It implements driver.Backend, driver.Waiter
-// and driver.Aser.
+// backend is the Redis driver. It implements driver.Backend,
+// driver.Blocker (see blocker.go), driver.Waiter, driver.Aser and
+// driver.Admin.
 type backend struct {
 	client goredis.UniversalClient
 	owns   bool // Close closes client (clients opened from a URL)
@@ -90,6 +91,7 @@ type backend struct {
 var (
 	_ driver.Backend = (*backend)(nil)
 	_ driver.Waiter  = (*backend)(nil)
+	_ driver.Blocker = (*backend)(nil)
 	_ driver.Aser    = (*backend)(nil)
 	_ driver.Admin   = (*backend)(nil)
 )
@@ -158,16 +160,25 @@ func (b *backend) cleanup(ctx context.Context, k keys, req driver.AcquireRequest
 	return cause
 }
 
-// notAcquired explains a refusal; pttl is the acquire script's second value.
-func notAcquired(pttl time.Duration) error {
-	switch pttl {
+// refused is a refusal: ErrNotAcquired with the holder's PTTL (the acquire
+// script's second value: -1 the key has no expiry, -3 this attempt was
+// abandoned).
+type refused struct{ pttl time.Duration }
+
+func (r *refused) Unwrap() error { return driver.ErrNotAcquired }
+
+func (r *refused) Error() string {
+	switch r.pttl {
 	case -1 * time.Millisecond:
-		return fmt.Errorf("%w: the Redis key has no expiry, so its holder is not a lease (a redis-py Lock with timeout=None?) and it never frees itself; fencelock never takes such a key over: delete it by hand if its owner is gone", driver.ErrNotAcquired)
+		return driver.ErrNotAcquired.Error() + ": the Redis key has no expiry, so its holder is not a lease (a redis-py Lock with timeout=None?) and it never frees itself; fencelock never takes such a key over: delete it by hand if its owner is gone"
 	case -3 * time.Millisecond:
-		return fmt.Errorf("%w: this attempt was abandoned after its reply was lost; try again", driver.ErrNotAcquired)
+		return driver.ErrNotAcquired.Error() + ": this attempt was abandoned after its reply was lost; try again"
 	}
-	return fmt.Errorf("%w (the holder's lease expires in %v unless renewed)", driver.ErrNotAcquired, pttl)
+	return fmt.Sprintf("%v (the holder's lease expires in %v unless renewed)", driver.ErrNotAcquired, r.pttl)
 }
+
+// notAcquired explains a refusal; pttl is the acquire script's second value.
+func notAcquired(pttl time.Duration) error { return &refused{pttl} }
 
 // Wait implements driver.Waiter through the client's one shared pub/sub
 // subscription; see hub.wait.

@@ -44,6 +44,12 @@ type hub struct {
 	pings   map[string]*waiter              // PING payload → waiter
 	seq     uint64
 	ops     []hubOp
+	// msgs counts the release messages received per subscribed channel,
+	// and epoch the times the subscription connection broke (messages
+	// may have been lost): a blocked Acquire compares them with what it
+	// saw before its last attempt (see blockerWait).
+	msgs  map[string]uint64
+	epoch uint64
 }
 
 type hubOp struct {
@@ -54,6 +60,7 @@ type hubOp struct {
 // waiter is one Wait call.
 type waiter struct {
 	channel string
+	epoch   uint64 // the hub's epoch when ping was sent
 	ping    string
 	pong    chan struct{} // closed when the reply to our PING arrives
 	wake    chan struct{} // cap 1: a release was published, or the connection broke
@@ -66,6 +73,7 @@ func newHub(client goredis.UniversalClient) *hub {
 		kick:    make(chan struct{}, 1),
 		chans:   map[string]map[*waiter]struct{}{},
 		pings:   map[string]*waiter{},
+		msgs:    map[string]uint64{},
 	}
 }
 
@@ -80,7 +88,7 @@ func newHub(client goredis.UniversalClient) *hub {
 // the key; a release before the check shows as a missing key, one after
 // reaches the subscription.
 func (h *hub) wait(ctx context.Context, k keys) error {
-	w := &waiter{channel: k.channel, pong: make(chan struct{}), wake: make(chan struct{}, 1)}
+	w := &waiter{channel: k.channel, wake: make(chan struct{}, 1)}
 	if err := h.register(w); err != nil {
 		return err
 	}
@@ -143,11 +151,19 @@ func (h *hub) register(w *waiter) error {
 		h.queue(hubOp{'s', w.channel})
 	}
 	ws[w] = struct{}{}
+	h.pingLocked(w)
+	return nil
+}
+
+// pingLocked queues a PING for w, whose reply closes w.pong: proof that
+// w's channel is subscribed on the current connection. Callers hold h.mu.
+func (h *hub) pingLocked(w *waiter) {
+	w.epoch = h.epoch
+	w.pong = make(chan struct{})
 	h.seq++
 	w.ping = "fencelock:" + strconv.FormatUint(h.seq, 36)
 	h.pings[w.ping] = w
 	h.queue(hubOp{'p', w.ping})
-	return nil
 }
 
 // leave removes w, queueing an UNSUBSCRIBE if it was its channel's last
@@ -160,6 +176,7 @@ func (h *hub) leave(w *waiter) {
 	delete(ws, w)
 	if len(ws) == 0 {
 		delete(h.chans, w.channel)
+		delete(h.msgs, w.channel)
 		if !h.closed {
 			h.queue(hubOp{'u', w.channel})
 		}
@@ -249,6 +266,9 @@ func (h *hub) dispatch() {
 func (h *hub) wakeChannel(ch string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if _, ok := h.chans[ch]; ok {
+		h.msgs[ch]++
+	}
 	for w := range h.chans[ch] {
 		w.signal()
 	}
@@ -257,6 +277,7 @@ func (h *hub) wakeChannel(ch string) {
 func (h *hub) wakeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.epoch++
 	for _, ws := range h.chans {
 		for w := range ws {
 			w.signal()
