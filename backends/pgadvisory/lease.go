@@ -28,7 +28,10 @@ type lease struct {
 	fence uint64
 
 	sem  chan struct{} // 1 slot: held while a statement runs on pc
-	lost chan struct{} // closed when the store dropped the lease
+	// lost is cancelled when the store dropped the lease (a context, so
+	// that the portable layer can watch it with a callback: LossHook).
+	lost     context.Context
+	markLost context.CancelFunc
 
 	conn *pgx.Conn   // pc's connection, for Tx
 	done atomic.Bool // the lease ended (Tx's Conn returns nil)
@@ -53,19 +56,25 @@ type lease struct {
 var (
 	_ driver.Lease        = (*lease)(nil)
 	_ driver.LossNotifier = (*lease)(nil)
+	_ driver.LossHook     = (*lease)(nil)
 	_ driver.Aser         = (*lease)(nil)
 )
 
 func newLease(b *backend, pc *pgxpool.Conn, key string, lock int64, fence uint64, ms int64, sent time.Time) *lease {
-	return &lease{b: b, key: key, lock: lock, fence: fence, pc: pc, ms: ms, renewed: sent,
-		sem: make(chan struct{}, 1), lost: make(chan struct{}), conn: pc.Conn(), nc: pc.Conn().PgConn().Conn()}
+	l := &lease{b: b, key: key, lock: lock, fence: fence, pc: pc, ms: ms, renewed: sent,
+		sem: make(chan struct{}, 1), conn: pc.Conn(), nc: pc.Conn().PgConn().Conn()}
+	l.lost, l.markLost = context.WithCancel(context.Background())
+	return l
 }
 
 func (l *lease) Fence() uint64 { return l.fence }
 
 // Lost implements driver.LossNotifier: closed when the lease's connection
 // was found dead or its transaction aborted.
-func (l *lease) Lost() <-chan struct{} { return l.lost }
+func (l *lease) Lost() <-chan struct{} { return l.lost.Done() }
+
+// OnLost implements driver.LossHook without a goroutine per lease.
+func (l *lease) OnLost(f func()) (stop func() bool) { return context.AfterFunc(l.lost, f) }
 
 // acquire takes sem, or returns ctx's error.
 func (l *lease) acquire(ctx context.Context) error {
@@ -164,7 +173,7 @@ func (l *lease) loseLocked(why string, cause error) error {
 		l.ended = fmt.Errorf("%w: pgadvisory: %s", driver.ErrLeaseLost, why)
 	}
 	l.finish()
-	close(l.lost)
+	l.markLost()
 	pg := pc.Conn().PgConn()
 	if !pg.IsClosed() && pg.TxStatus() == 'E' {
 		rollback(pc)
@@ -230,7 +239,7 @@ func (l *lease) Release(ctx context.Context) error {
 		if usedTx && !stale {
 			l.ended = fmt.Errorf("%w (%w: the writes made through Tx may or may not be committed)", l.ended, driver.ErrIndeterminate)
 		}
-		close(l.lost)
+		l.markLost()
 		return l.ended
 	case err != nil:
 		// e.g. a deferred constraint or serialization failure at COMMIT.
