@@ -49,7 +49,7 @@ func runCompare(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.n, "n", 1000, "uncontended acquire+release iterations per store")
 	fs.IntVar(&cfg.handoffs, "handoffs", 100, "hand-offs per store")
 	fs.DurationVar(&cfg.dur, "duration", 3*time.Second, "contention run length per store")
-	fs.IntVar(&cfg.studySections, "study-sections", 400, "sections per run of the lost-update study protocol (the study used 10,000)")
+	fs.IntVar(&cfg.studySections, "study-sections", 300, "sections per run of the lost-update study protocol (the study used 10,000)")
 	fs.IntVar(&cfg.studyRuns, "study-runs", 3, "runs of the study protocol per mode (stores whose minimum TTL exceeds the protocol's run it once)")
 	fs.Float64Var(&cfg.studyRate, "study-stall", 0.05, "share of sections that stall in the study protocol")
 	fs.BoolVar(&cfg.faults, "faults", true, "run the backends' fault tests (go test) and tabulate what they measured")
