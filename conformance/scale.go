@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -116,4 +117,18 @@ func settledRuntime() (goroutines int, heap uint64) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return runtime.NumGoroutine(), ms.HeapAlloc
+}
+
+// Check returns an error if a lease was lost or holding them added more
+// than maxGoroutines goroutines (the bound of an O(1)-per-Client design
+// on the backend at hand), else nil.
+func (r HoldManyResult) Check(maxGoroutines int) error {
+	var errs []error
+	if r.Lost != 0 {
+		errs = append(errs, fmt.Errorf("%d of %d auto-renewed leases lost within %v", r.Lost, r.Leases, r.Held.Round(time.Millisecond)))
+	}
+	if r.Goroutines > maxGoroutines {
+		errs = append(errs, fmt.Errorf("holding %d leases added %d goroutines (at most %d allowed): want O(1) per Client, not per lease", r.Leases, r.Goroutines, maxGoroutines))
+	}
+	return errors.Join(errs...)
 }
