@@ -22,6 +22,7 @@ type compareConfig struct {
 	studySections int
 	studyRuns     int
 	studyRate     float64
+	held          int // leases held at once for the cost table
 	faults        bool
 	peers         string // peers.json from `make bench-peers`; "" for none
 }
@@ -37,6 +38,8 @@ type backendResult struct {
 	handoff []time.Duration
 	cont    conformance.ContendedResult
 	study   *studyRun
+	hold    conformance.HoldManyResult
+	holdTTL time.Duration
 	err     error
 }
 
@@ -52,6 +55,7 @@ func runCompare(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.studySections, "study-sections", 300, "sections per run of the lost-update study protocol (the study used 10,000)")
 	fs.IntVar(&cfg.studyRuns, "study-runs", 3, "runs of the study protocol per mode (stores whose minimum TTL exceeds the protocol's run it once)")
 	fs.Float64Var(&cfg.studyRate, "study-stall", 0.05, "share of sections that stall in the study protocol")
+	fs.IntVar(&cfg.held, "held", 1000, "leases one Client holds at once for the cost table (fewer where a backend's row says so)")
 	fs.BoolVar(&cfg.faults, "faults", true, "run the backends' fault tests (go test) and tabulate what they measured")
 	fs.StringVar(&cfg.peers, "peers", "docs/bench/peers.json", "peer benchmark results written by `make bench-peers` ('' to leave out)")
 	if err := parse(fs, args); err != nil {
@@ -133,6 +137,19 @@ func compareOne(ctx context.Context, tg target, all []target, cfg compareConfig)
 	if r.cont, err = conformance.Contended(ctx, []fencelock.Locker{clients[0], clients[1]}, "contended", 8, cfg.dur); err != nil {
 		r.err = fmt.Errorf("contention: %w", err)
 		return r
+	}
+	if cfg.held > 0 {
+		n := cfg.held
+		if tg.maxHeld > 0 {
+			n = min(n, tg.maxHeld)
+		}
+		// Three renewals each (at TTL/3, 2/3 and 1), then release between
+		// two bursts of renewals.
+		r.holdTTL = demoTTL(clients[0], 6*time.Second)
+		if r.hold, err = conformance.HoldMany(ctx, clients[0], "held", n, r.holdTTL, r.holdTTL+r.holdTTL/6); err != nil {
+			r.err = fmt.Errorf("holding %d leases: %w", n, err)
+			return r
+		}
 	}
 	if cfg.studySections > 0 && cfg.studyRuns > 0 {
 		if r.study, err = compareStudy(ctx, clients, tg, all, cfg); err != nil {

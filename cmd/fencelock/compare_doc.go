@@ -79,6 +79,7 @@ func (d *compareDoc) render() []byte {
 	}
 
 	d.renderSpeed(&b)
+	d.renderCost(&b)
 	d.renderPeers(&b)
 	d.renderStudy(&b)
 	return b.Bytes()
@@ -180,4 +181,27 @@ func (d *compareDoc) studySummary() string {
 		fmt.Fprintf(&b, "Claim-first lost updates in some run on: %s — a bug to report.\n\n", strings.Join(claimLost, ", "))
 	}
 	return b.String()
+}
+
+// renderCost is what running each backend takes: its infrastructure, and
+// what one Client holding many leases costs in this process.
+func (d *compareDoc) renderCost(b *bytes.Buffer) {
+	fmt.Fprintf(b, "## Cost\n\nOne Client holds %d leases at once (Postgres 100: each is a pool connection in a transaction; dynalite 300: one node process serves their renewals), auto-renewed at TTL/3, for a TTL and a sixth (three renewals each); goroutines = added while they were held (a design with a goroutine per lease would show the lease count); heap = live heap per held lease. Renewal round trips are one per lease per TTL/3 on every backend except etcd, which renews one lease per TTL class for all of them; each backend's `TestHoldManyLeases` counts them on the server.\n\n", d.cfg.held)
+	needs := map[string]string{}
+	for _, cb := range compareBackends {
+		needs[cb.label] = cb.needs
+	}
+	var rows [][]string
+	for _, r := range d.results {
+		need := needs[r.label]
+		if need == "" {
+			need = "—"
+		}
+		if r.hold.Leases == 0 {
+			rows = append(rows, []string{r.label, need, r.notMeasured(), "", "", ""})
+			continue
+		}
+		rows = append(rows, []string{r.label, need, fmt.Sprintf("%d, TTL %v", r.hold.Leases, r.holdTTL), fmt.Sprintf("+%d", r.hold.Goroutines), fmt.Sprintf("%.1f KB", float64(r.hold.HeapPerLease)/1024), fmt.Sprintf("%d", r.hold.Lost)})
+	}
+	mdTable(b, []string{"backend", "needs in production", "leases held", "goroutines", "heap per lease", "lost"}, rows)
 }

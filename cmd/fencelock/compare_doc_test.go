@@ -51,6 +51,7 @@ func fakeResults(failed string) []backendResult {
 			sr.lost[0.05][m], sr.rej[0.05][m] = []int{int(m)}, []int{3}
 		}
 		r.study = sr
+		r.hold, r.holdTTL = conformance.HoldManyResult{Leases: 1000, Goroutines: 3, HeapPerLease: 2048}, 3*time.Second
 		rs = append(rs, r)
 	}
 	return rs

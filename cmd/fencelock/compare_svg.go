@@ -34,8 +34,18 @@ func (a logAxis) at(v float64) float64 {
 	return a.x0 + (math.Log10(v)-a.lo)/(a.hi-a.lo)*a.length
 }
 
-// durLabel names a decade tick of seconds.
-func durLabel(sec float64) string { return us(time.Duration(sec * float64(time.Second))) }
+// durLabel names a decade tick of seconds: 1µs, 10µs … 1s, 10s.
+func durLabel(sec float64) string {
+	for _, u := range []struct {
+		unit string
+		sec  float64
+	}{{"s", 1}, {"ms", 1e-3}, {"µs", 1e-6}} {
+		if sec >= u.sec*0.999 {
+			return fmt.Sprintf("%g%s", math.Round(sec/u.sec), u.unit)
+		}
+	}
+	return fmt.Sprintf("%gs", sec)
+}
 
 // charts returns the generated SVG files by name.
 func (d *compareDoc) charts() map[string][]byte {
