@@ -98,13 +98,36 @@ func tables(md string) [][]string {
 // table of it has a row for every backend, and that the charts name every
 // measured backend.
 func TestCompareDocHasEveryBackendInEveryTable(t *testing.T) {
+	t.Run("without peers", func(t *testing.T) { testCompareDoc(t, nil) })
+	// Peer results for one store only: every other backend still gets its
+	// row, and the peer shows in both charts.
+	m := func(v float64) peerMetric { return peerMetric{v, v, v} }
+	peers := &peersFile{Schema: 1, Impls: []peerImpl{
+		{ID: "redis/fencelock", Store: "redis", Fencelock: true, Metrics: map[string]peerMetric{mUncontP50: m(100), mHandoffP50: m(300), mHandoffP99: m(900), mThroughput: m(5000), mWorstWait: m(30)}},
+		{ID: "redis/redislock", Store: "redis", Library: "github.com/bsm/redislock", Metrics: map[string]peerMetric{mUncontP50: m(90), mHandoffP50: m(50000), mHandoffP99: m(90000), mThroughput: m(7000), mWorstWait: m(2000)}},
+	}}
+	t.Run("with peers", func(t *testing.T) {
+		d := testCompareDoc(t, peers)
+		for name, svg := range d.charts() {
+			if !bytes.Contains(svg, []byte("peer: redis redislock")) {
+				t.Errorf("%s has no mark for the peer", name)
+			}
+		}
+	})
+}
+
+func testCompareDoc(t *testing.T, peers *peersFile) *compareDoc {
 	failed := compareBackends[2].label
-	d := &compareDoc{cmd: "test", date: time.Now(), cfg: compareConfig{n: 100, handoffs: 100, dur: time.Second, studySections: 400, studyRuns: 1, studyRate: 0.05},
-		results: fakeResults(failed), faultsErr: errFake, peersErr: errFake}
+	d := &compareDoc{cmd: "test", date: time.Now(), cfg: compareConfig{n: 100, handoffs: 100, dur: time.Second, studySections: 400, studyRuns: 1, studyRate: 0.05, held: 1000},
+		results: fakeResults(failed), faultsErr: errFake, peers: peers, peersErr: errFake}
 	md := string(d.render())
 	ts := tables(md)
-	if len(ts) < 4 {
-		t.Fatalf("found %d tables, want at least 4:\n%s", len(ts), md)
+	want := 5 // servers, guarantees, speed, cost, study
+	if peers != nil {
+		want++
+	}
+	if len(ts) < want {
+		t.Fatalf("found %d tables, want at least %d:\n%s", len(ts), want, md)
 	}
 	for i, rows := range ts {
 		for _, b := range compareBackends {
@@ -129,4 +152,5 @@ func TestCompareDocHasEveryBackendInEveryTable(t *testing.T) {
 			}
 		}
 	}
+	return d
 }

@@ -59,6 +59,7 @@ func (d *compareDoc) charts() map[string][]byte {
 type handoffRow struct {
 	label string
 	q     [5]time.Duration // p1, p25, p50, p75, p99
+	peer  bool             // a peer library's: only p50 and p99 are known
 }
 
 func (d *compareDoc) handoffRows() []handoffRow {
@@ -71,9 +72,9 @@ func (d *compareDoc) handoffRows() []handoffRow {
 		for i, p := range []float64{0.01, 0.25, 0.5, 0.75, 0.99} {
 			q[i] = conformance.Percentile(r.handoff, p)
 		}
-		rows = append(rows, handoffRow{r.label, q})
+		rows = append(rows, handoffRow{label: r.label, q: q})
 	}
-	return rows
+	return append(rows, d.peerHandoffs()...)
 }
 
 func (d *compareDoc) handoffChart() []byte {
@@ -91,16 +92,22 @@ func (d *compareDoc) handoffChart() []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", left+width+30, h)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%.0f" y="20" font-size="14">Hand-off: holder's Release → blocked Acquire returns (p1–p99, box p25–p75, mark p50)</text>`+"\n", 10.0)
+	fmt.Fprintf(&b, `<text x="%.0f" y="20" font-size="14">Hand-off: holder's Release → blocked Acquire returns (p1–p99, box p25–p75, mark p50; peers in red: p50–p99)</text>`+"\n", 10.0)
 	d.decades(&b, ax, top-8, h-30)
 	for i, r := range rows {
 		y := top + rowH*float64(i) + rowH/2
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`+"\n", left-8, y, html.EscapeString(r.label))
+		ink := "#000"
+		if r.peer {
+			ink = "#c01c28"
+		}
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" text-anchor="end" dominant-baseline="middle" fill="%s">%s</text>`+"\n", left-8, y, ink, html.EscapeString(r.label))
 		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#555"/>`+"\n", ax.at(r.q[0].Seconds()), ax.at(r.q[4].Seconds()), y, y)
-		x1, x3 := ax.at(r.q[1].Seconds()), ax.at(r.q[3].Seconds())
-		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#8ab4f8" stroke="#1a5fb4"/>`+"\n", x1, y-8, math.Max(x3-x1, 1), 16.0)
+		if !r.peer {
+			x1, x3 := ax.at(r.q[1].Seconds()), ax.at(r.q[3].Seconds())
+			fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#8ab4f8" stroke="#1a5fb4"/>`+"\n", x1, y-8, math.Max(x3-x1, 1), 16.0)
+		}
 		xm := ax.at(r.q[2].Seconds())
-		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#000" stroke-width="2"/>`+"\n", xm, xm, y-9, y+9)
+		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="%s" stroke-width="2"/>`+"\n", xm, xm, y-9, y+9, ink)
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="10" fill="#333">%s</text>`+"\n", ax.at(r.q[4].Seconds())+4, y+4, us(r.q[2]))
 	}
 	b.WriteString("</svg>\n")
