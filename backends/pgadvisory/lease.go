@@ -27,7 +27,7 @@ type lease struct {
 	lock  int64  // advisory lock key, Key(key)
 	fence uint64
 
-	sem  chan struct{} // 1 slot: held while a statement runs on pc
+	sem chan struct{} // 1 slot: held while a statement runs on pc
 	// lost is cancelled when the store dropped the lease (a context, so
 	// that the portable layer can watch it with a callback: LossHook).
 	lost     context.Context

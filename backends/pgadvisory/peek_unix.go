@@ -24,7 +24,12 @@ func peek(c net.Conn) peekState {
 	}
 	st := peekNone
 	var buf [1]byte
-	err = rc.Read(func(fd uintptr) bool {
+	// Control, not Read: Read takes the descriptor's read lock, which a
+	// goroutine of pgconn blocked in a read holds (its background reader,
+	// started when a write is slow), so Read would wait for that read to
+	// return — seconds, while the lease's renewal waits for this check.
+	// MSG_PEEK|MSG_DONTWAIT neither consumes nor blocks.
+	err = rc.Control(func(fd uintptr) {
 		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		switch {
 		case n > 0:
@@ -34,7 +39,6 @@ func peek(c net.Conn) peekState {
 		default: // n == 0: EOF; or ECONNRESET and the like
 			st = peekClosed
 		}
-		return true // never wait for readability
 	})
 	if err != nil {
 		return peekClosed // the descriptor is closed

@@ -1,8 +1,11 @@
 package pgadvisory_test
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +26,12 @@ func TestHoldManyLeases(t *testing.T) {
 	pg := testserver.StartPostgres(t) // 100 connections: not on the shared server
 	e := newEnvURL(t, pg.URL())
 	const n, ttl = 100, 6 * time.Second
-	c := e.client("pool_max_conns=100&conn_timeout=20s")
+	var logs syncBuffer // renewal failures and losses, shown on failure
+	c, err := fencelock.DefaultURLMux().Open(e.ctx, e.url+"&pool_max_conns=100&conn_timeout=20s", &fencelock.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
 	// Renewals come in bursts every TTL/3; end the hold between two.
 	r, err := conformance.HoldMany(e.ctx, c, e.name(), n, ttl, 3*ttl+ttl/6)
 	if err != nil {
@@ -31,8 +39,26 @@ func TestHoldManyLeases(t *testing.T) {
 	}
 	t.Log(r)
 	if err := r.Check(50); err != nil {
-		t.Error(err)
+		t.Errorf("%v; the Client logged:\n%s", err, logs.String())
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // TestPoolExhaustionIsClear: with every pool connection holding a lease,
