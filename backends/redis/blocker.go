@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
@@ -14,7 +15,11 @@ import (
 const recheck = time.Second
 
 // Acquire implements driver.Blocker: the first attempt costs what
-// TryAcquire does; a refused waiter then joins the client's shared
+// TryAcquire does. A refused waiter then queues behind this Client's
+// earlier waiters on the name (internal/localq), sending nothing until it
+// is first: a release is raced by one waiter per Client, not all of them,
+// and a Client serves its waiters in arrival order. The first joins the
+// client's shared
 // subscription to the lock's release channel once (SUBSCRIBE, confirmed by
 // a PING reply) and, from then on, retries only when a release is published,
 // the holder's TTL runs out, or recheck passes — one round trip per retry,
@@ -35,6 +40,19 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	l, err := b.TryAcquire(ctx, req)
 	if !errors.Is(err, driver.ErrNotAcquired) {
 		return l, sent, err
+	}
+	// Behind this Client's earlier waiters on the name, send nothing.
+	t, ok := b.queue.Join(req.Name)
+	if !ok {
+		return nil, time.Time{}, driver.ErrClosed
+	}
+	defer b.queue.Leave(req.Name, t)
+	select {
+	case <-t.Turn():
+	case <-ctx.Done():
+		return nil, time.Time{}, fmt.Errorf("redis acquire: queued behind this Client's earlier waiters: %w", ctx.Err())
+	case <-b.hub.closing:
+		return nil, time.Time{}, driver.ErrClosed
 	}
 	k := keysFor(req.Name)
 	w := &waiter{channel: k.channel, wake: make(chan struct{}, 1)}

@@ -126,8 +126,10 @@
 // is never missed, and each retry costs one round trip (the attempt).
 // Expiry publishes nothing, and neither do other clients such as redis-py:
 // a waiter also retries when the holder's TTL (the refused attempt returns
-// it) runs out, and at least once a second. Every waiter on the name
-// retries; one wins. There is no queue (FIFO is false).
+// it) runs out, and at least once a second. Within a Client, waiters on a
+// name queue in arrival order and only the first of them retries, so a
+// release is raced by one waiter per Client; between Clients one wins.
+// There is no server-side queue (FIFO is false).
 //
 // In Redis Cluster the release notice is a plain PUBLISH, which the cluster
 // broadcasts to every node, so the one connection (to any node) hears every

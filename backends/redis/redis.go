@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/localq"
 )
 
 var (
@@ -85,7 +86,8 @@ type backend struct {
 	client goredis.UniversalClient
 	owns   bool // Close closes client (clients opened from a URL)
 	hub    *hub
-	live   leaseSet // held leases, for KillSessions
+	queue  localq.Queues // this Client's blocked acquires per name (blocker.go)
+	live   leaseSet      // held leases, for KillSessions
 }
 
 var (
