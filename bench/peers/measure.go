@@ -13,13 +13,13 @@ import (
 
 // Counts sizes one chunk of measures (one implementation, one round).
 type Counts struct {
-	Uncontended int           // acquire+release pairs timed
-	Handoffs    int           // hand-offs timed
-	Drains      int           // 8-waiter drains timed (the median is kept)
-	Workers     int           // waiters drained and workers contending
-	Contention  time.Duration // length of the contention run
-	Settle      time.Duration // time given waiters to block before a release
-	Floor       int           // floor operations timed
+	Uncontended int           `json:"uncontended"`   // acquire+release pairs timed
+	Handoffs    int           `json:"handoffs"`      // hand-offs timed
+	Drains      int           `json:"drains"`        // 8-waiter drains timed (the median is kept)
+	Workers     int           `json:"workers"`       // waiters drained and workers contending
+	Contention  time.Duration `json:"contention_ns"` // length of the contention run
+	Settle      time.Duration `json:"settle_ns"`     // time given waiters to block before a release
+	Floor       int           `json:"floor"`         // floor operations timed
 }
 
 // sample is one chunk's raw measures, before the median over rounds.

@@ -20,9 +20,13 @@ func Markdown(w io.Writer, res *Result) {
 	p("# fencelock next to its peers (%s run)\n\n", mode)
 	p("%s · %s · %s/%s, %d CPUs · %d interleaved rounds · %.0f s · `make bench-peers`\n\n",
 		res.Date, res.GoVersion, res.Machine.OS, res.Machine.Arch, res.Machine.CPUs, res.Rounds, res.DurationS)
-	if res.Machine.Note != "" {
-		p("%s\n\n", res.Machine.Note)
+	if res.Machine.LoadAvgStart != "" {
+		p("Load average at the start: %s. ", res.Machine.LoadAvgStart)
 	}
+	if res.Machine.Note != "" {
+		p("%s", res.Machine.Note)
+	}
+	p("\n\n")
 	p("Servers: ")
 	first := true
 	for _, s := range Stores {

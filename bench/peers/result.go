@@ -9,10 +9,12 @@ package peers
 //	  "date": "2026-12-02T18:00:00Z",        // RFC 3339, UTC, run start
 //	  "duration_s": 412.3,                    // whole run, servers included
 //	  "go_version": "go1.26.0",
-//	  "machine": {"os": "linux", "arch": "amd64", "cpus": 2, "hostname": "…", "note": "…"},
+//	  "machine": {"os": "linux", "arch": "amd64", "cpus": 2, "hostname": "…",
+//	              "load_avg_start": "8.8 11.4 7.9", "note": "…"},
 //	  "quick": false,
 //	  "rounds": 5,
-//	  "counts": {"Uncontended": 300, …},      // Counts, per chunk
+//	  "counts": {"uncontended": 300, "handoffs": 20, "drains": 3, "workers": 8,
+//	             "contention_ns": 2e9, "settle_ns": 3e7, "floor": 300}, // Counts, per chunk
 //	  "servers": {"redis": "7.0.15", "postgres": "15.x (fsync=on …)", …},
 //	  "impls": [{
 //	    "id": "redis/redislock",              // store/library, unique
@@ -62,7 +64,10 @@ type Machine struct {
 	Arch     string `json:"arch"`
 	CPUs     int    `json:"cpus"`
 	Hostname string `json:"hostname"`
-	Note     string `json:"note,omitempty"`
+	// LoadAvgStart is /proc/loadavg's 1, 5 and 15 minute averages at the
+	// start (empty where there is none).
+	LoadAvgStart string `json:"load_avg_start,omitempty"`
+	Note         string `json:"note,omitempty"`
 }
 
 // Metric is one measure over the rounds.

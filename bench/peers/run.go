@@ -54,7 +54,7 @@ func Run(ctx context.Context, env *Env, cfg Config) *Result {
 	host, _ := os.Hostname()
 	res := &Result{
 		Schema: SchemaVersion, Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(),
-		Machine: Machine{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), Hostname: host},
+		Machine: Machine{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), Hostname: host, LoadAvgStart: loadAvg()},
 		Quick:   cfg.Quick, Rounds: cfg.Rounds, Counts: cfg.Counts, Servers: env.Servers,
 	}
 	versions := moduleVersions()
@@ -225,4 +225,14 @@ func moduleVersions() map[string]string {
 		v[fencelockModule] = "this checkout"
 	}
 	return v
+}
+
+// loadAvg is /proc/loadavg's first three fields, or "".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
