@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: setup test crossbuild demo lint bench
+.PHONY: setup test crossbuild demo lint bench bench-peers
 
 # Install the real test servers: redis, postgres, zookeeper, etcd (Debian), dynalite (npm).
 setup:
@@ -31,3 +31,9 @@ lint:
 
 bench:
 	$(GO) test -run XXX -bench . -benchtime 2s ./...
+
+# fencelock next to the peer lock libraries on real servers it starts
+# (fsync on), interleaved rounds; writes docs/bench/peers.json and .md and
+# prints the table. About 8 minutes; add ARGS=-quick for 1–2 minutes.
+bench-peers:
+	cd bench && $(GO) run ./cmd/benchpeers -out ../docs/bench/peers.json $(ARGS)

@@ -1,0 +1,14 @@
+// Package peers measures fencelock next to the peer lock libraries on the
+// same real servers in the same run (issue 12): bsm/redislock and
+// go-redsync/redsync on Redis (and redsync's Redlock on five primaries),
+// etcd's concurrency.Mutex, raw pgx advisory transaction locks, go-zookeeper's
+// zk.Lock and the AWS DynamoDB Lock Client's protocol on aws-sdk-go-v2,
+// each behind the small Lock interface, plus each store's floor (PING, a
+// flushed Postgres commit, an etcd Put, a ZooKeeper Exists).
+//
+// Start starts the servers as in production (fsync on; stock etcd with
+// default timing), Run measures in interleaved rounds, and the result is a
+// Result (JSON, schema in its doc comment) and a Markdown table. The
+// program is bench/cmd/benchpeers (`make bench-peers`). It lives in the
+// nested bench module so the library's go.mod never requires a peer.
+package peers

@@ -1,0 +1,260 @@
+package peers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Counts sizes one chunk of measures (one implementation, one round).
+type Counts struct {
+	Uncontended int           `json:"uncontended"`   // acquire+release pairs timed
+	Handoffs    int           `json:"handoffs"`      // hand-offs timed
+	Drains      int           `json:"drains"`        // 8-waiter drains timed (the median is kept)
+	Workers     int           `json:"workers"`       // waiters drained and workers contending
+	Contention  time.Duration `json:"contention_ns"` // length of the contention run
+	Settle      time.Duration `json:"settle_ns"`     // time given waiters to block before a release
+	Floor       int           `json:"floor"`         // floor operations timed
+}
+
+// sample is one chunk's raw measures, before the median over rounds.
+type sample map[string]float64
+
+// Metric names (the JSON keys of Impl.Metrics).
+const (
+	MUncontP50   = "acquire_release_p50_us"
+	MUncontP99   = "acquire_release_p99_us"
+	MAllocs      = "allocs_per_op"
+	MHandoffP50  = "handoff_p50_us"
+	MHandoffP99  = "handoff_p99_us"
+	MDrain       = "drain8_ms"
+	MThroughput  = "contended_per_s"
+	MWorstWait   = "contended_worst_wait_ms"
+	MWorkerMin   = "contended_worker_min"
+	MWorkerMax   = "contended_worker_max"
+	MWorkerRatio = "contended_worker_max_over_min"
+	MRegrab      = "contended_regrab_pct"
+	MFloorP50    = "p50_us"
+	MFloorP99    = "p99_us"
+)
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+// pct returns the p-quantile (0..1) of d, nearest rank; d is sorted.
+func pct(d []time.Duration, p float64) time.Duration {
+	slices.Sort(d)
+	if len(d) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(d))+0.5) - 1
+	return d[min(max(i, 0), len(d)-1)]
+}
+
+// clients is one implementation's open clients: c[0] holds, the others
+// wait or contend.
+type clients []Lock
+
+// acquire takes key on l: Try when the library has it, else Wait.
+func acquire(ctx context.Context, l Lock, key string) (Unlock, error) {
+	u, ok, err := l.Try(ctx, key)
+	if errors.Is(err, ErrNoTry) {
+		return l.Wait(ctx, key)
+	}
+	if err == nil && !ok {
+		err = fmt.Errorf("uncontended key %q is held", key)
+	}
+	return u, err
+}
+
+// uncontended times n acquire+release pairs on one client, and counts
+// the heap allocations of the whole process per pair.
+func uncontended(ctx context.Context, l Lock, key string, n int, s sample) error {
+	lat := make([]time.Duration, 0, n)
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	for range n {
+		t0 := time.Now()
+		u, err := acquire(ctx, l, key)
+		if err != nil {
+			return fmt.Errorf("acquire: %w", err)
+		}
+		if err := u(ctx); err != nil {
+			return fmt.Errorf("release: %w", err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	runtime.ReadMemStats(&m1)
+	s[MUncontP50] = us(pct(lat, 0.5))
+	s[MUncontP99] = us(pct(lat, 0.99))
+	s[MAllocs] = float64(m1.Mallocs-m0.Mallocs) / float64(n)
+	return nil
+}
+
+type grant struct {
+	u   Unlock
+	at  time.Time
+	err error
+}
+
+// handoff times, n times: the holder's release call starts → the blocked
+// waiter (another client) holds.
+func handoff(ctx context.Context, holder, waiter Lock, key string, n int, settle time.Duration, s sample) error {
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		u, err := holder.Wait(ctx, key)
+		if err != nil {
+			return fmt.Errorf("holder: %w", err)
+		}
+		ch := make(chan grant, 1)
+		go func() {
+			w, err := waiter.Wait(ctx, key)
+			ch <- grant{w, time.Now(), err}
+		}()
+		time.Sleep(settle) // no signal says a waiter is blocked in the store
+		t0 := time.Now()
+		err = u(ctx)
+		g := <-ch
+		if err != nil || g.err != nil {
+			if g.err == nil {
+				_ = g.u(ctx)
+			}
+			return fmt.Errorf("release %v, waiter %v", err, g.err)
+		}
+		lat = append(lat, g.at.Sub(t0))
+		if err := g.u(ctx); err != nil {
+			return fmt.Errorf("waiter release: %w", err)
+		}
+	}
+	s[MHandoffP50] = us(pct(lat, 0.5))
+	s[MHandoffP99] = us(pct(lat, 0.99))
+	return nil
+}
+
+// drain times, n times: the holder's release call starts → every one of
+// the waiters has held once (each releases at once).
+func drain(ctx context.Context, holder Lock, waiters []Lock, key string, n int, settle time.Duration, s sample) error {
+	var lat []time.Duration
+	for range n {
+		u, err := holder.Wait(ctx, key)
+		if err != nil {
+			return fmt.Errorf("holder: %w", err)
+		}
+		var (
+			mu   sync.Mutex
+			last time.Time
+			errs []error
+			wg   sync.WaitGroup
+		)
+		for _, w := range waiters {
+			wg.Go(func() {
+				g, err := w.Wait(ctx, key)
+				at := time.Now()
+				if err == nil {
+					err = g(ctx)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if at.After(last) {
+					last = at
+				}
+				errs = append(errs, err)
+			})
+		}
+		time.Sleep(settle)
+		t0 := time.Now()
+		err = u(ctx)
+		wg.Wait()
+		if err := errors.Join(append(errs, err)...); err != nil {
+			return err
+		}
+		lat = append(lat, last.Sub(t0))
+	}
+	s[MDrain] = ms(pct(lat, 0.5))
+	return nil
+}
+
+// contend runs the workers on one key for d: each loops Wait, release.
+// A wait cut off by the end of the run counts toward the worst wait.
+func contend(ctx context.Context, workers []Lock, key string, d time.Duration, s sample) error {
+	rctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var (
+		last    atomic.Int64 // worker index+1 of the previous grant
+		regrabs atomic.Int64
+		mu      sync.Mutex
+		worst   time.Duration
+		counts  = make([]int, len(workers))
+		errs    []error
+		wg      sync.WaitGroup
+	)
+	start := time.Now()
+	for i, w := range workers {
+		wg.Go(func() {
+			var myWorst time.Duration
+			var err error
+			for rctx.Err() == nil {
+				t0 := time.Now()
+				var u Unlock
+				u, err = w.Wait(rctx, key)
+				myWorst = max(myWorst, time.Since(t0))
+				if err != nil {
+					if rctx.Err() != nil {
+						err = nil
+					}
+					break
+				}
+				counts[i]++
+				if last.Swap(int64(i+1)) == int64(i+1) {
+					regrabs.Add(1)
+				}
+				if err = u(context.WithoutCancel(ctx)); err != nil {
+					break
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			worst = max(worst, myWorst)
+			errs = append(errs, err)
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	lo, hi := slices.Min(counts), slices.Max(counts)
+	s[MThroughput] = float64(total) / elapsed.Seconds()
+	s[MWorstWait] = ms(worst)
+	s[MWorkerMin] = float64(lo)
+	s[MWorkerMax] = float64(hi)
+	s[MWorkerRatio] = float64(hi) / float64(max(lo, 1)) // a starved worker counts as 1
+	if total > 1 {
+		s[MRegrab] = 100 * float64(regrabs.Load()) / float64(total-1)
+	}
+	return nil
+}
+
+// floor times n operations.
+func floor(ctx context.Context, op func(context.Context) error, n int, s sample) error {
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		if err := op(ctx); err != nil {
+			return err
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	s[MFloorP50] = us(pct(lat, 0.5))
+	s[MFloorP99] = us(pct(lat, 0.99))
+	return nil
+}

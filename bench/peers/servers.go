@@ -1,0 +1,220 @@
+package peers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/jackc/pgx/v5"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Stores lists the store kinds, in the brief's priority order.
+var Stores = []string{"redis", "etcd", "postgres", "zookeeper", "redlock5", "dynamodb"}
+
+// Env is the started servers and the implementations and floors on them.
+type Env struct {
+	Impls   []Impl
+	Floors  []Floor
+	Servers map[string]string // store → server version and settings
+
+	cleanups []func()
+}
+
+// Close stops every server Start started.
+func (e *Env) Close() {
+	for i := len(e.cleanups) - 1; i >= 0; i-- {
+		e.cleanups[i]()
+	}
+	e.cleanups = nil
+}
+
+// Start starts a server for each of stores (nil: all of Stores), as in
+// production: Postgres with fsync and full_page_writes on, the stock etcd
+// binary with its default timing and fsync, one redis-server (defaults),
+// five redis-servers for Redlock, one ZooKeeper, dynalite. On error the
+// servers already started are stopped.
+func Start(ctx context.Context, stores []string) (env *Env, err error) {
+	if stores == nil {
+		stores = Stores
+	}
+	env = &Env{Servers: map[string]string{}}
+	defer func() {
+		if err != nil {
+			env.Close()
+		}
+	}()
+	for _, s := range stores {
+		if err := env.start(ctx, s); err != nil {
+			return nil, fmt.Errorf("peers: start %s: %w", s, err)
+		}
+	}
+	return env, nil
+}
+
+func (e *Env) start(ctx context.Context, store string) error {
+	switch store {
+	case "redis":
+		r, stop, err := testserver.NewRedis(ctx)
+		if err != nil {
+			return err
+		}
+		e.cleanups = append(e.cleanups, stop)
+		e.Servers[store] = redisVersion(ctx, r.Addr())
+		e.Impls = append(e.Impls,
+			fencelockImpl("redis/fencelock", store, r.URL(), fencelockNotes),
+			redislockImpl(r.Addr()),
+			redsyncImpl("redis/redsync", store, []string{r.Addr()}))
+		e.Floors = append(e.Floors, pingFloor(r.Addr()))
+	case "redlock5":
+		m, stop, err := testserver.NewRedisNodes(ctx, 5, nil)
+		if err != nil {
+			return err
+		}
+		e.cleanups = append(e.cleanups, stop)
+		e.Servers[store] = "5 × " + redisVersion(ctx, m.Addrs()[0])
+		e.Impls = append(e.Impls,
+			fencelockImpl("redlock5/fencelock", store, m.URL(), fencelockNotes),
+			redsyncImpl("redlock5/redsync", store, m.Addrs()))
+	case "etcd":
+		dir, err := os.MkdirTemp("", "fencelock-peers-etcd-")
+		if err != nil {
+			return err
+		}
+		e.cleanups = append(e.cleanups, func() { _ = os.RemoveAll(dir) })
+		s, err := testserver.NewStockEtcd(ctx, dir)
+		if err != nil {
+			return err
+		}
+		e.cleanups = append(e.cleanups, func() { _ = s.Kill() })
+		e.Servers[store] = etcdVersion(ctx, s.Endpoint) + " (stock binary, default timing, fsync on)"
+		e.Impls = append(e.Impls,
+			fencelockImpl("etcd/fencelock", store, s.URL("peers-fencelock"), fencelockNotes),
+			etcdMutexImpl(s.Endpoint))
+		e.Floors = append(e.Floors, etcdPutFloor(s.Endpoint))
+	case "postgres":
+		// Later -c settings override NewPostgres's fsync=off and
+		// full_page_writes=off.
+		p, err := testserver.NewPostgres(ctx, "-c", "fsync=on", "-c", "full_page_writes=on", "-c", "synchronous_commit=on")
+		if err != nil {
+			return err
+		}
+		e.cleanups = append(e.cleanups, p.Cleanup)
+		v, err := postgresSettings(ctx, p.URL())
+		if err != nil {
+			return err
+		}
+		e.Servers[store] = v
+		e.Impls = append(e.Impls,
+			fencelockImpl("postgres/fencelock-strict", store, p.URL(), fencelockNotes+"; strict fence (default: one flushed commit per grant)"),
+			fencelockImpl("postgres/fencelock-noflush", store, testserver.PostgresDSNWith(p.URL(), "fence_flush", "false"), fencelockNotes+"; fence_flush=false"),
+			pgRawImpl(p.URL()))
+		e.Floors = append(e.Floors, pgCommitFloor(p.URL()))
+	case "zookeeper":
+		z, err := testserver.NewZooKeeper(ctx, 1)
+		if err != nil {
+			return err
+		}
+		e.cleanups = append(e.cleanups, z.Cleanup)
+		e.Servers[store] = zkVersion(ctx, z.Servers()[0])
+		e.Impls = append(e.Impls,
+			fencelockImpl("zookeeper/fencelock", store, z.URL(), fencelockNotes),
+			zkLockImpl(z.Servers()))
+		e.Floors = append(e.Floors, zkExistsFloor(z.Servers()))
+	case "dynamodb":
+		d, stop, err := testserver.NewDynalite(ctx)
+		if err != nil {
+			return err
+		}
+		e.cleanups = append(e.cleanups, stop)
+		// Opening by the server's URL creates the table both use.
+		c, err := fencelock.Open(ctx, d.URL())
+		if err != nil {
+			return err
+		}
+		_ = c.Close()
+		e.Servers[store] = "dynalite (in memory, node.js)"
+		e.Impls = append(e.Impls,
+			fencelockImpl("dynamodb/fencelock", store, d.URL(), fencelockNotes),
+			dynamoBaselineImpl(d.Endpoint(), testserver.DynaliteTable))
+	default:
+		return fmt.Errorf("unknown store %q (want one of %s)", store, strings.Join(Stores, ", "))
+	}
+	return nil
+}
+
+func redisVersion(ctx context.Context, addr string) string {
+	c := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer c.Close()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return "redis (version unknown: " + err.Error() + ")"
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return "redis " + v
+		}
+	}
+	return "redis (version unknown)"
+}
+
+func etcdVersion(ctx context.Context, endpoint string) string {
+	c, err := newEtcdClient(endpoint)
+	if err != nil {
+		return "etcd (version unknown)"
+	}
+	defer c.Close()
+	st, err := c.Status(ctx, endpoint)
+	if err != nil {
+		return "etcd (version unknown)"
+	}
+	return "etcd " + st.Version
+}
+
+// postgresSettings returns the version and the durability settings, and
+// an error unless fsync is really on.
+func postgresSettings(ctx context.Context, dsn string) (string, error) {
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close(context.Background())
+	var v, fsync, fpw, sc string
+	err = c.QueryRow(ctx, "select current_setting('server_version'), current_setting('fsync'), current_setting('full_page_writes'), current_setting('synchronous_commit')").Scan(&v, &fsync, &fpw, &sc)
+	if err != nil {
+		return "", err
+	}
+	if fsync != "on" {
+		return "", errors.New("postgres: fsync is " + fsync + ", want on")
+	}
+	return fmt.Sprintf("postgres %s (fsync=%s, full_page_writes=%s, synchronous_commit=%s)", v, fsync, fpw, sc), nil
+}
+
+func zkVersion(ctx context.Context, addr string) string {
+	var d net.Dialer
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c, err := d.DialContext(dctx, "tcp", addr)
+	if err != nil {
+		return "zookeeper (version unknown)"
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	_, _ = io.WriteString(c, "srvr")
+	b, _ := io.ReadAll(c)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Zookeeper version:"); ok {
+			v, _, _ = strings.Cut(strings.TrimSpace(v), ",")
+			v, _, _ = strings.Cut(v, "-${") // an unfilled build placeholder
+			return "zookeeper " + v
+		}
+	}
+	return "zookeeper (version unknown)"
+}
