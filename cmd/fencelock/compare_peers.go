@@ -185,7 +185,10 @@ func serverList(m map[string]string) string {
 	var parts []string
 	for _, k := range []string{"redis", "etcd", "postgres", "zookeeper", "dynamodb"} {
 		if v, ok := m[k]; ok {
-			parts = append(parts, k+" "+v)
+			if !strings.HasPrefix(strings.ToLower(v), k) {
+				v = k + " " + v
+			}
+			parts = append(parts, v)
 		}
 	}
 	return strings.Join(parts, ", ")
