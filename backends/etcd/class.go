@@ -66,6 +66,7 @@ type class struct {
 type refreshReq struct {
 	done    chan struct{}
 	urgent  bool
+	spawned bool // its sender is started: it leaves c.pending when it sends
 	sent    time.Time
 	granted int64
 	err     error
@@ -174,6 +175,9 @@ func (c *class) kill() {
 	c.members = nil
 	r := c.pending
 	c.pending = nil
+	if r != nil && r.spawned {
+		r = nil // its sender answers it
+	}
 	c.mu.Unlock()
 	b := c.b
 	b.mu.Lock()
@@ -235,12 +239,13 @@ func (r *refreshReq) wait(ctx context.Context) (time.Time, int64, error) {
 // c.mu is held.
 func (c *class) scheduleLocked() {
 	r := c.pending
-	if r == nil {
+	if r == nil || r.spawned {
 		return
 	}
 	switch {
 	case r.urgent:
-		c.pending = nil
+		// Sent at once; callers may still join until the sender takes it.
+		r.spawned = true
 		c.goSend(r, false)
 	case c.inflight || c.timerArmed:
 		// The keepalive in flight, or the timer, sends it.
@@ -254,7 +259,7 @@ func (c *class) scheduleLocked() {
 			}
 			return
 		}
-		c.pending = nil
+		r.spawned = true
 		c.inflight = true
 		c.goSend(r, true)
 	}
@@ -280,6 +285,9 @@ func (c *class) goSend(r *refreshReq, paced bool) {
 		if paced {
 			c.inflight = false
 		}
+		if c.pending == r {
+			c.pending = nil
+		}
 		r.err = driver.ErrClosed
 		close(r.done)
 		return
@@ -293,6 +301,11 @@ func (c *class) goSend(r *refreshReq, paced bool) {
 func (c *class) send(r *refreshReq, paced bool) {
 	b := c.b
 	rctx, cancel := context.WithTimeout(b.ctx, b.timeout)
+	c.mu.Lock()
+	if c.pending == r {
+		c.pending = nil // no one joins it from now on
+	}
+	c.mu.Unlock()
 	sent := time.Now()
 	ka, err := b.cli.KeepAliveOnce(rctx, c.id)
 	cancel()

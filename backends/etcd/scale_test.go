@@ -130,8 +130,9 @@ func TestHoldManyLeases(t *testing.T) {
 
 func BenchmarkHold10000(b *testing.B) {
 	for b.Loop() {
-		r, rc := holdMany(b, 10000, time.Second)
+		r, rc := holdMany(b, 10000, 5*time.Second)
 		ka, other := rc.renewalRate()
+		b.Logf("%v; renewal RPCs: %.1f keepalives/s, %.1f others/s", r, ka, other)
 		b.ReportMetric(float64(r.Goroutines), "goroutines")
 		b.ReportMetric(float64(r.HeapPerLease), "B/lease")
 		b.ReportMetric(float64(r.Lost), "lost")
