@@ -37,7 +37,7 @@ var errClassGone = errors.New("etcd: the TTL class lease expired or was revoked"
 // second and class, however many leases it carries, for at most
 // refreshGap of added renewal latency.
 func refreshGap(ttl int64) time.Duration {
-	return min(max(time.Duration(ttl)*time.Second/100, 5*time.Millisecond), 50*time.Millisecond)
+	return min(max(time.Duration(ttl)*time.Second/200, 5*time.Millisecond), 25*time.Millisecond)
 }
 
 // class is the etcd lease of one TTL.

@@ -72,8 +72,8 @@
 // renewal, and validity counts from it), but the one not sent yet, shared
 // by every renewal of the class that asks before it goes out. The class
 // sends at most one such keepalive at a time, and at most one per
-// refreshGap (TTL/100, within 5 to 50 ms), so a Client holding any number
-// of leases of one TTL sends at most 20 to 200 keepalives per second for
+// refreshGap (TTL/200, within 5 to 25 ms), so a Client holding any number
+// of leases of one TTL sends at most 40 to 200 keepalives per second for
 // them, and a renewal waits at most refreshGap longer. A renewal then
 // counts only if our key is still ours: the shared loss watch (below) has
 // not seen it deleted, or, while that watch is down, a read finds it.
