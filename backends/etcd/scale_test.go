@@ -11,6 +11,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/fencelock/fencelock"
+
 	"github.com/fencelock/fencelock/conformance"
 )
 
@@ -143,9 +145,54 @@ func BenchmarkHold10000(b *testing.B) {
 			b.Errorf("%d of 10000 leases lost", r.Lost)
 		}
 		// Renewals waiting for their class's keepalive (see
-		// TestHoldManyLeases): 2000 renewals/s keep some dozens in flight.
+		// TestHoldManyLeases): 6000 renewals/s keep some dozens in flight.
 		if r.Goroutines > 1000 {
 			b.Errorf("holding 10000 leases added %d goroutines: want O(1) per Client, not per lease", r.Goroutines)
 		}
+	}
+}
+
+// TestAcquireReleaseRPCs: with its class lease fresh, a blocking Acquire
+// is one Txn and a Release one more, as concurrency.Mutex's Lock and
+// Unlock: no keepalive, grant, revoke or read of their own.
+func TestAcquireReleaseRPCs(t *testing.T) {
+	srv := sharedEtcd(t, 1)
+	rc := &rpcCounter{n: -1}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), Logger: zap.NewNop(),
+		DialTimeout: 5 * time.Second, DialOptions: rc.dialOptions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	c := NewWithConfig(cli, &Config{KeyPrefix: "rpcs/"}, nil)
+	defer c.Close()
+	o := &fencelock.AcquireOptions{TTL: 30 * time.Second}
+	l, err := c.Acquire(t.Context(), "warm-up", o) // grants the class, starts the watch
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	txn0, ka0, other0 := rc.txn.Load(), rc.keepAlive.Load(), rc.other.Load()
+	const n = 20
+	start := time.Now()
+	for range n {
+		l, err := c.Acquire(t.Context(), "x", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	txn, ka, other := rc.txn.Load()-txn0, rc.keepAlive.Load()-ka0, rc.other.Load()-other0
+	t.Logf("%d acquire+release: %d Txn, %d keepalives, %d other RPCs in %v", n, txn, ka, other, time.Since(start))
+	if txn != 2*n || other != 0 {
+		t.Errorf("%d acquire+release sent %d Txns and %d other RPCs, want %d and 0", n, txn, other, 2*n)
+	}
+	// A class refresh is due only when the last is older than TTL/6 (5 s).
+	if ka > 1 && time.Since(start) < 5*time.Second {
+		t.Errorf("%d keepalives for %d acquisitions within %v, want at most 1", ka, n, time.Since(start))
 	}
 }
