@@ -8,17 +8,18 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Expire implements driver.Admin: it revokes the etcd lease of the lock's
-// holder (the key with the lowest CreateRevision under the lock's prefix),
-// whichever client holds it, which deletes the holder's key as if the
-// lease's TTL had passed; a key without a lease is deleted. The next
-// contender in the queue, if any, becomes the holder. It returns nil if
-// the lock was not held.
+// Expire implements driver.Admin: it deletes the key of the lock's holder
+// (the key with the lowest CreateRevision under the lock's prefix),
+// whichever client holds it, as the expiry of a lease of its own would.
+// It does not revoke the holder's etcd lease: that lease may carry other
+// locks (a fencelock TTL class, a concurrency.Session), which an expiry of
+// this one lock must leave alone. The next contender in the queue, if
+// any, becomes the holder. It returns nil if the lock was not held.
 func (b *backend) Expire(ctx context.Context, name string) error {
 	pfx := b.keyPrefix + escape(name) + "/"
 	rctx, cancel := b.rpcCtx(ctx)
 	defer cancel()
-	resp, err := b.cli.Get(rctx, pfx, clientv3.WithFirstCreate()...)
+	resp, err := b.cli.Get(rctx, pfx, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
 	if err != nil {
 		return b.fail(ctx, "admin expire: read the holder", err)
 	}
@@ -26,46 +27,21 @@ func (b *backend) Expire(ctx context.Context, name string) error {
 		return nil
 	}
 	kv := resp.Kvs[0]
-	if kv.Lease != 0 {
-		if _, err := b.cli.Revoke(rctx, clientv3.LeaseID(kv.Lease)); err != nil && !isLeaseNotFound(err) {
-			return b.fail(ctx, "admin expire: revoke the holder's lease", err)
-		}
-		return nil
-	}
-	if _, err := b.cli.Delete(rctx, string(kv.Key)); err != nil {
+	if _, err := b.deleteKey(rctx, string(kv.Key), kv.CreateRevision); err != nil {
 		return b.fail(ctx, "admin expire: delete the holder's key", err)
 	}
 	return nil
 }
 
 // KillSessions implements driver.Admin: it revokes every etcd lease of
-// this backend (held locks, waiting acquires' queue keys, pooled leases),
-// as an operator's lease revoke or a lease expiring during a partition
-// would. etcd deletes their keys at once: held leases report the loss
-// (their watch or next renewal sees it), and waiting acquires queue again
-// with new leases. The etcd client stays connected for later requests.
+// this backend (its TTL class leases, which carry its held locks and its
+// waiting acquires' queue keys), as an operator's lease revoke or a lease
+// expiring during a partition would. etcd deletes their keys at once:
+// held leases are lost at once, and waiting acquires queue again with new
+// leases. The etcd client stays connected for later requests.
 func (b *backend) KillSessions(ctx context.Context) error {
-	b.mu.Lock()
-	ids := make([]clientv3.LeaseID, 0, len(b.held)+len(b.waiting)+len(b.pool))
-	for _, l := range b.held {
-		id, _ := l.current()
-		ids = append(ids, id)
-	}
-	for id := range b.waiting {
-		ids = append(ids, id)
-	}
-	for _, p := range b.pool {
-		ids = append(ids, p.id)
-	}
-	b.pool = nil
-	b.mu.Unlock()
-	for _, id := range ids {
-		rctx, cancel := b.rpcCtx(ctx)
-		_, err := b.cli.Revoke(rctx, id)
-		cancel()
-		if err != nil && !isLeaseNotFound(err) {
-			return b.fail(ctx, "admin kill sessions: revoke lease", err)
-		}
+	if err := b.revokeAll(ctx); err != nil {
+		return b.fail(ctx, "admin kill sessions: revoke lease", err)
 	}
 	return nil
 }

@@ -23,21 +23,32 @@ func adminOf(t testing.TB, c *fencelock.Client) driver.Admin {
 	return adm
 }
 
-// TestAdminExpire: Expire, through another client, revokes the holder's
-// lease: the holder reports the loss, the next contender gets the lock
-// with a higher fence; Expire of a free lock is a no-op.
+// TestAdminExpire: Expire, through another client, deletes the holder's
+// key: the holder reports the loss, the next contender gets the lock with
+// a higher fence; the holder's etcd lease (its TTL class's) is not
+// revoked, so its other lock of that TTL stays held; Expire of a free lock
+// is a no-op.
 func TestAdminExpire(t *testing.T) {
 	srv := sharedEtcd(t, 1)
 	a, b := openURL(t, srv.URL("admin")), openURL(t, srv.URL("admin"))
 	ctx := t.Context()
 	n := t.Name()
-	l, err := a.TryAcquire(ctx, n, &fencelock.AcquireOptions{TTL: 30 * time.Second})
+	o := &fencelock.AcquireOptions{TTL: 30 * time.Second}
+	l, err := a.TryAcquire(ctx, n, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var id clientv3.LeaseID
-	if !l.As(&id) || id == 0 {
+	sib, err := a.TryAcquire(ctx, n+"-sibling", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sib.Release(ctx)
+	var id, sibID clientv3.LeaseID
+	if !l.As(&id) || id == 0 || !sib.As(&sibID) {
 		t.Fatal("Lease.As(*clientv3.LeaseID) = false")
+	}
+	if id != sibID {
+		t.Fatalf("two locks of one TTL on leases %x and %x, want one class lease", id, sibID)
 	}
 	if err := adminOf(t, b).Expire(ctx, n); err != nil {
 		t.Fatal(err)
@@ -52,8 +63,11 @@ func TestAdminExpire(t *testing.T) {
 	}
 	var cli *clientv3.Client
 	b.As(&cli)
-	if ttl, err := cli.TimeToLive(ctx, id); err != nil || ttl.TTL != -1 {
-		t.Fatalf("the holder's etcd lease after Expire: TTL %v (%v), want revoked (-1)", ttl, err)
+	if ttl, err := cli.TimeToLive(ctx, id); err != nil || ttl.TTL <= 0 {
+		t.Fatalf("the holder's class lease after Expire: TTL %v (%v), want alive", ttl, err)
+	}
+	if err := sib.Extend(ctx, 0); err != nil || sib.Err() != nil {
+		t.Fatalf("the holder's other lock after Expire: Extend %v, Err %v", err, sib.Err())
 	}
 	l2, err := b.TryAcquire(ctx, n, nil)
 	if err != nil {

@@ -16,8 +16,9 @@
 //
 //	P = KeyPrefix + escape(K)
 //
-// one per contender: P + "/" + the contender's etcd lease ID in lowercase
-// hex, with an empty value, attached to that lease. KeyPrefix is
+// one per contender: P + "/" + the etcd lease ID it was created on in
+// lowercase hex + "_" + a number unique to the Client (also hex), with an
+// empty value, attached to that lease. KeyPrefix is
 // Config.KeyPrefix, or the URL path plus "/" (etcd://host:2379/locks gives
 // "locks/"); it is used verbatim. escape replaces "%" with "%25" and "/"
 // with "%2F" and leaves every other byte alone, so that two lock prefixes
@@ -42,32 +43,59 @@
 //
 // # TTLs and leases
 //
-// Every acquisition holds its own etcd lease, with the lease TTL rounded up
-// to whole seconds (TTLGranularity 1s), so locks expire and are lost
-// independently. etcd itself raises a TTL below 1.5 × its election
-// timeout, rounded up: 2 s with etcd's default 1 s election timeout (a
-// stock server), 1 s with an election timeout up to 666 ms. Open by URL
-// therefore asks the cluster (ProbeMinTTL: grant a 1 s lease, read the
-// granted TTL, revoke it) and sets Capabilities().MinTTL to the answer, so
-// shorter TTLs are rejected with ErrInvalid rather than silently raised;
-// New uses Config.MinTTL (default 1 s). Every Grant and KeepAlive response
-// carries the TTL etcd granted; the lease reports it (driver.GrantedTTLer,
-// hence Lease.StoreTTL), and the client side still ends the lease at the
-// TTL it asked for, which is safe.
+// A Client keeps one etcd lease per TTL class (the TTL rounded up to whole
+// seconds, TTLGranularity 1s), like concurrency.Session, and attaches the
+// key of every lock it queues or holds with that TTL to it: granted at the
+// first acquisition with that TTL, revoked by Close. etcd itself raises a
+// TTL below 1.5 × its election timeout, rounded up: 2 s with etcd's
+// default 1 s election timeout (a stock server), 1 s with an election
+// timeout up to 666 ms. Open by URL therefore asks the cluster
+// (ProbeMinTTL: grant a 1 s lease, read the granted TTL, revoke it) and
+// sets Capabilities().MinTTL to the answer, so shorter TTLs are rejected
+// with ErrInvalid rather than silently raised; New uses Config.MinTTL
+// (default 1 s). Every Grant and KeepAlive response carries the TTL etcd
+// granted; the lease reports it (driver.GrantedTTLer, hence
+// Lease.StoreTTL), and the client side still ends the lease at the TTL it
+// asked for, which is safe.
 //
-// Renewal (Lease.Extend and auto-renew) is a lease KeepAliveOnce plus a
-// check that our key still exists. etcd cannot change a lease's TTL, so
-// Extend with a TTL of another whole number of seconds moves our key to a
-// new lease with that TTL (a Put that keeps the key's CreateRevision, hence
-// the fence and the place in the queue) and revokes the old lease.
+// Acquire is one Txn (create our key on the class lease, read the queue),
+// as Mutex.Lock is. The portable layer counts a lease's validity from when
+// the request that started its TTL was sent, so the class lease's TTL
+// must restart after the acquisition began: TryAcquire sends a
+// KeepAliveOnce of the class lease alongside its Txn (shared with the
+// class's other acquisitions and renewals of that moment); a blocking
+// Acquire reports the send time of the class lease's last refresh
+// instead, and refreshes it only if that is older than TTL/6.
 //
-// Release deletes our key, only if it is still ours. Granting and revoking
-// leases are raft writes while restarting a lease's TTL is not, so the
-// released lease (which has no key any more) is kept by the Client for a
-// later acquisition with the same TTL, which restarts it with a
-// KeepAliveOnce instead of a grant; unused ones are revoked (at the latest
-// by Close) or expire. An acquire+release is thus two raft writes, the
-// minimum for a queue of keys.
+// Renewal (Lease.Extend and auto-renew) joins the class's next
+// KeepAliveOnce: never one already sent (its send time would precede the
+// renewal, and validity counts from it), but the one not sent yet, shared
+// by every renewal of the class that asks before it goes out. The class
+// sends at most one such keepalive at a time, and at most one per
+// refreshGap (TTL/200, within 5 to 25 ms), so a Client holding any number
+// of leases of one TTL sends at most 40 to 200 keepalives per second for
+// them, and a renewal waits at most refreshGap longer. A renewal then
+// counts only if our key is still ours: the shared loss watch (below) has
+// not seen it deleted, or, while that watch is down, a read finds it.
+// etcd cannot change a lease's TTL, so Extend with a TTL of another whole
+// number of seconds moves our key to that TTL's class lease (a Txn Put,
+// only if the key's CreateRevision is still ours, that keeps the
+// CreateRevision, hence the fence and the place in the queue).
+//
+// The class lease is kept alive only by those renewals and by waiting
+// acquires, never by a loop of its own. A lock that is not renewed thus
+// still ends in the store after its TTL: if no other lock renews the
+// class lease, it expires; if one does, the Client deletes the unrenewed
+// key itself once its TTL (as granted) has passed since its last renewal
+// (a timer per lease, no goroutine), after the portable deadline. If the
+// Client dies, the class lease expires and every key on it goes. A class
+// lease that is gone (revoked, expired: a keepalive or a Put finds "lease
+// not found") ends every lease on it at once, and the next acquisition
+// grants a new one.
+//
+// Release deletes our key, only if it is still ours: one Txn. An
+// acquire+release is thus two raft writes, the minimum for a queue of
+// keys, and a held lease costs no goroutine and no RPC of its own.
 //
 // # Waiting and loss
 //
@@ -79,14 +107,17 @@
 // After every wake-up the waiter checks again that its own key still exists
 // before it counts itself the holder (the check whose absence caused
 // Jepsen's etcd 3.4.3 finding); if its key is gone (its lease expired, or
-// someone deleted it) it queues again with a new lease. Its lease is kept
-// alive while it waits.
+// someone deleted it) it queues again. Its class lease is kept alive while
+// it waits.
 //
-// A held lease watches its own key, from 100 ms after the grant on (short
-// holds never pay for a watch; a deletion in between is still seen): a
-// deletion that is not our Release (lease expiry, revocation, etcdctl del)
-// ends the lease at once (Lease.Done), as does a renewal that finds the
-// lease or the key gone.
+// Held leases share one watch per Client, on every key under KeyPrefix
+// (deletions only; with an empty KeyPrefix, the whole keyspace): a
+// deletion of a held key that is not our Release (lease expiry,
+// revocation, etcdctl del, Admin.Expire) ends that lease at once
+// (Lease.Done, through driver.LossHook: no goroutine per lease). The watch
+// resumes after the last revision it delivered when it breaks, and reads
+// every held key after a compaction made it skip revisions, so it never
+// misses a deletion.
 //
 // # Errors
 //
@@ -98,10 +129,11 @@
 // # Admin
 //
 // The backend implements driver.Admin (Client.As(&adm) with a
-// driver.Admin), which `fencelock conformance --url` uses: Expire revokes
-// the etcd lease of a lock's holder (the first key under its prefix, any
-// client's), deleting its key as expiry would; KillSessions revokes every
-// lease of this Client (held, waiting, pooled).
+// driver.Admin), which `fencelock conformance --url` uses: Expire deletes
+// the key of a lock's holder (the first key under its prefix, any
+// client's), as the expiry of a lease of its own would, without revoking
+// its lease, which may carry other locks; KillSessions revokes every class
+// lease of this Client (held and waiting keys).
 //
 // # As
 //
@@ -116,6 +148,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -223,20 +256,23 @@ type backend struct {
 	timeout   time.Duration
 	caps      driver.Capabilities
 
-	ctx    context.Context // cancelled by Close: stops loss watchers and waits
+	ctx    context.Context // cancelled by Close: stops the watch, waits and keepalives
 	cancel context.CancelFunc
+	seq    atomic.Uint64 // makes lock key names unique (see keyName)
 
+	// Lock order: class.mu before mu before lease.mu; nothing else
+	// nests.
 	mu      sync.Mutex
 	closed  bool
-	ops     sync.WaitGroup // acquires in flight and loss watchers
-	held    map[int64]*lease
-	waiting map[clientv3.LeaseID]struct{} // leases of waiting acquires, for KillSessions
-	pool    []pooledLease                 // see pool.go
+	ops     sync.WaitGroup    // acquires in flight and background work
+	classes map[int64]*class  // TTL classes by TTL in seconds (class.go)
+	keys    map[string]*lease // held leases by lock key (watch.go)
+	watch   watchState        // the shared loss watch (watch.go)
 }
 
 func newBackend(cli *clientv3.Client, cfg *Config, own bool) *backend {
 	b := &backend{cli: cli, ownCli: own, timeout: DefaultRequestTimeout, caps: Capabilities,
-		held: map[int64]*lease{}, waiting: map[clientv3.LeaseID]struct{}{}}
+		classes: map[int64]*class{}, keys: map[string]*lease{}}
 	if cfg != nil {
 		b.keyPrefix = cfg.KeyPrefix
 		if cfg.RequestTimeout > 0 {
@@ -265,8 +301,9 @@ func (b *backend) As(target any) bool {
 	return true
 }
 
-// Close stops the loss watchers, waits for acquires in flight to clean up,
-// and closes the etcd client if the backend opened it (by URL).
+// Close stops the loss watch, waits for acquires in flight to clean up,
+// revokes the TTL class leases (which deletes any key left on them), and
+// closes the etcd client if the backend opened it (by URL).
 func (b *backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -274,15 +311,20 @@ func (b *backend) Close() error {
 		return nil
 	}
 	b.closed = true
-	for _, l := range b.held { // loss watches not started yet never will
-		if l.watchTimer.Stop() {
-			l.finish()
-		}
-	}
 	b.mu.Unlock()
 	b.cancel()
-	b.drainPool()
 	b.ops.Wait()
+	b.mu.Lock()
+	for _, l := range b.keys { // reapers off: the revoke below deletes the keys
+		l.mu.Lock()
+		l.gone = true
+		if l.reaper != nil {
+			l.reaper.Stop()
+		}
+		l.mu.Unlock()
+	}
+	b.mu.Unlock()
+	_ = b.revokeAll(context.Background())
 	if b.ownCli && b.cli.Ctx().Err() == nil {
 		if err := b.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
 			return fmt.Errorf("etcd: close client: %w", err)
@@ -306,10 +348,10 @@ func (b *backend) begin() error {
 type contender struct {
 	pfx     string // lock prefix, without the trailing "/"
 	key     string
-	id      clientv3.LeaseID
-	ttl     int64 // seconds, requested
-	granted int64 // seconds, as the server granted (≥ ttl)
-	rev     int64 // CreateRevision of key
+	cls     *class // the TTL class whose lease the key is attached to
+	ttl     int64  // seconds, requested
+	granted int64  // seconds, as the server granted (≥ ttl)
+	rev     int64  // CreateRevision of key (0: unknown)
 	sent    time.Time
 
 	held bool   // key is first under pfx (as of revision hdr)
@@ -317,39 +359,90 @@ type contender struct {
 	hdr  int64  // revision of the last read
 }
 
-// enqueue grants a lease and creates our key in one Txn (like
-// concurrency.Mutex), which also reads the key just ahead of ours and the
-// first key under the prefix. On error nothing is left in the store but,
-// at worst, a lease with no key.
-func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration) (*contender, error) {
+// keyName is a new lock key under pfx on cls's lease: the lease ID in hex,
+// as concurrency.Mutex names its keys, then "_" and a number unique to the
+// backend, so that the class's contenders for one lock are distinct keys.
+func (b *backend) keyName(pfx string, cls *class) string {
+	return fmt.Sprintf("%s/%x_%x", pfx, int64(cls.id), b.seq.Add(1))
+}
+
+// enqueue creates our key, attached to the lease of its TTL class, in one
+// Txn (like concurrency.Mutex), which also reads the key just ahead of
+// ours and the first key under the prefix. The key's TTL must count from
+// c.sent: for TryAcquire (try) the portable layer counts validity from
+// the call, so the class lease's TTL is restarted after it, by a
+// KeepAliveOnce sent alongside the Txn (shared with other callers); a
+// blocking Acquire reports c.sent itself and only refreshes a class whose
+// last refresh is older than TTL/6. On error nothing is left in the store.
+func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration, try bool) (*contender, error) {
 	c := &contender{pfx: b.keyPrefix + escape(name), ttl: ttlSeconds(ttl)}
-	id, sent, granted, err := b.leaseFor(ctx, c.ttl)
-	if err != nil {
-		return nil, err
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		retry := attempt < 2
+		cls, err := b.classFor(ctx, c.ttl)
+		if err != nil {
+			return nil, err
+		}
+		c.cls = cls
+		c.sent, c.granted = cls.state()
+		var r *refreshReq
+		if c.sent.Before(start) && (try || time.Since(c.sent) > time.Duration(c.ttl)*time.Second/6) {
+			if r, err = cls.join(true); err != nil {
+				if retry {
+					continue
+				}
+				return nil, b.fail(ctx, "keep lease alive", err)
+			}
+		}
+		c.key, c.rev = b.keyName(c.pfx, cls), 0
+		err = b.createKey(ctx, c)
+		if err != nil && isLeaseNotFound(err) && retry {
+			cls.kill()
+			continue
+		}
+		if err != nil {
+			b.removeKey(ctx, c)
+			return nil, b.fail(ctx, "create lock key", err)
+		}
+		if r != nil {
+			sent, granted, err := r.wait(ctx)
+			if err != nil {
+				b.removeKey(ctx, c)
+				if errors.Is(err, errClassGone) && retry {
+					continue
+				}
+				return nil, b.fail(ctx, "keep lease alive", err)
+			}
+			c.sent, c.granted = sent, granted
+		}
+		return c, nil
 	}
-	c.id, c.sent, c.granted = id, sent, granted
-	c.key = fmt.Sprintf("%s/%x", c.pfx, int64(id))
+}
+
+// createKey creates c.key on c's class lease (see enqueue).
+func (b *backend) createKey(ctx context.Context, c *contender) error {
 	// Before the Put, the last-created key is the one just ahead of ours.
 	last := clientv3.OpGet(c.pfx+"/", append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...)
 	first := clientv3.OpGet(c.pfx+"/", append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
 	// The Txn is idempotent (a retry finds our key and reads it), so it is
 	// retried when a member fails under it, within the request timeout.
 	rctx, cancel := b.rpcCtx(ctx)
+	defer cancel()
 	var resp *clientv3.TxnResponse
+	var err error
 	for {
 		resp, err = b.cli.Txn(rctx).
-			If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0)).
-			Then(last, clientv3.OpPut(c.key, "", clientv3.WithLease(id)), first).
+			If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0),
+				clientv3.Compare(clientv3.CreateRevision(c.tomb()), "=", 0)).
+			Then(last, clientv3.OpPut(c.key, "", clientv3.WithLease(c.cls.id)), first).
 			Else(clientv3.OpGet(c.key, clientv3.WithKeysOnly()), first).
 			Commit()
 		if err == nil || !retryable(err) || sleepCtx(rctx, 50*time.Millisecond) != nil {
 			break
 		}
 	}
-	cancel()
 	if err != nil {
-		b.revoke(ctx, c.id)
-		return nil, b.fail(ctx, "create lock key", err)
+		return err
 	}
 	c.hdr = resp.Header.Revision
 	var owner []*mvccpb.KeyValue
@@ -360,14 +453,75 @@ func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration) (
 		}
 		owner = resp.Responses[2].GetResponseRange().Kvs
 	} else { // our key exists already (a retried request)
-		c.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return errors.New("etcd: lock key abandoned while being created")
+		}
+		c.rev = kvs[0].CreateRevision
 		owner = resp.Responses[1].GetResponseRange().Kvs
 	}
 	c.held = len(owner) == 0 || owner[0].CreateRevision == c.rev
 	if c.held {
 		c.pred = ""
 	}
-	return c, nil
+	return nil
+}
+
+// tomb is the key whose existence makes the Txn that creates c.key fail
+// (see removeKey). It is outside every lock prefix: P + "%00" + the key's
+// suffix, and an escaped name never has "%0".
+func (c *contender) tomb() string {
+	return c.pfx + "%00" + strings.TrimPrefix(c.key, c.pfx+"/")
+}
+
+// removeKey takes a contender's key out of the queue, on a context
+// detached from ctx; if that fails, in the background (reapLater).
+//
+// If the Txn that creates the key had an unknown outcome (c.rev 0), it may
+// still be applied after the delete (a request cancelled on our side may
+// be proposed late on the server's). So the delete also creates the key's
+// tomb, on the class lease, in one Txn: a create applied later finds the
+// tomb and fails. The tomb is deleted after twice the request timeout.
+func (b *backend) removeKey(ctx context.Context, c *contender) {
+	if c.rev != 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout/2)
+		_, err := b.deleteKey(rctx, c.key, c.rev)
+		cancel()
+		if err != nil {
+			b.reapLater(c.key, c.rev)
+		}
+		return
+	}
+	key, tomb, id := c.key, c.tomb(), c.cls.id
+	bury := func(ctx context.Context) error {
+		_, err := b.cli.Txn(ctx).Then(clientv3.OpPut(tomb, "", clientv3.WithLease(id)), clientv3.OpDelete(key)).Commit()
+		if isLeaseNotFound(err) {
+			return nil // the key, if ever created, went with the lease
+		}
+		return err
+	}
+	unbury := func() {
+		time.AfterFunc(2*b.timeout, func() {
+			b.background(func(ctx context.Context) error {
+				_, err := b.deleteKey(ctx, tomb, 0)
+				return err
+			})
+		})
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout/2)
+	err := bury(rctx)
+	cancel()
+	if err == nil {
+		unbury()
+		return
+	}
+	b.background(func(ctx context.Context) error {
+		if err := bury(ctx); err != nil {
+			return err
+		}
+		unbury()
+		return nil
+	})
 }
 
 // TryAcquire is concurrency.Mutex.TryLock: queue, and leave at once
@@ -377,19 +531,19 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 		return nil, err
 	}
 	defer b.ops.Done()
-	c, err := b.enqueue(ctx, req.Name, req.TTL)
+	c, err := b.enqueue(ctx, req.Name, req.TTL, true)
 	if err != nil {
 		return nil, err
 	}
 	if !c.held {
-		b.abandon(ctx, c)
+		b.removeKey(ctx, c)
 		return nil, fmt.Errorf("%w: another contender is first under %q", driver.ErrNotAcquired, c.pfx)
 	}
 	if err := ctx.Err(); err != nil {
-		b.revoke(ctx, c.id)
+		b.removeKey(ctx, c)
 		return nil, err
 	}
-	return b.adopt(c), nil
+	return b.adopt(ctx, c)
 }
 
 // Acquire queues a key and waits for its turn (see the package doc).
@@ -403,66 +557,63 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	stop := context.AfterFunc(b.ctx, cancel) // Close ends waits
 	defer stop()
 	for {
-		c, err := b.enqueue(ctx, req.Name, req.TTL)
+		c, err := b.enqueue(ctx, req.Name, req.TTL, false)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
 		if !c.held {
-			b.mu.Lock()
-			b.waiting[c.id] = struct{}{}
-			b.mu.Unlock()
 			err = b.waitTurn(ctx, c)
-			b.mu.Lock()
-			delete(b.waiting, c.id)
-			b.mu.Unlock()
 		}
 		// Refresh the lease if its last refresh is old (a long wait, a slow
 		// cluster), so the portable deadline, counted from c.sent, is not
 		// short.
 		if err == nil && time.Since(c.sent) > time.Duration(c.ttl)*time.Second/6 {
-			err = b.keepAlive(ctx, c)
+			err = b.keepAlive(ctx, c, true)
 		}
 		if errors.Is(err, errRequeue) {
-			b.revoke(ctx, c.id)
+			b.removeKey(ctx, c)
 			continue
 		}
 		if err != nil {
-			b.revoke(ctx, c.id)
+			b.removeKey(ctx, c)
 			return nil, time.Time{}, err
 		}
 		if err := ctx.Err(); err != nil {
-			b.revoke(ctx, c.id)
+			b.removeKey(ctx, c)
 			return nil, time.Time{}, b.fail(ctx, "acquire", err)
 		}
-		return b.adopt(c), c.sent, nil
+		l, err := b.adopt(ctx, c)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		return l, c.sent, nil
 	}
 }
 
-// lossWatchDelay is how long a held lease waits before it watches its own
-// key. Short holds (most of them) never pay for a watch; a deletion in the
-// meantime is still seen, as the watch starts by reading the key.
-const lossWatchDelay = 100 * time.Millisecond
-
-// adopt turns a granted contender into a held lease and arms its loss
-// watch.
-func (b *backend) adopt(c *contender) *lease {
-	l := &lease{b: b, key: c.key, rev: c.rev, id: c.id, ttl: c.ttl, granted: c.granted, refreshed: c.sent, lost: make(chan struct{})}
-	l.ctx, l.stop = context.WithCancel(b.ctx)
+// adopt turns a granted contender into a held lease: registered with the
+// shared loss watch and its class, with its reaper armed.
+func (b *backend) adopt(ctx context.Context, c *contender) (*lease, error) {
+	l := &lease{b: b, key: c.key, rev: c.rev, cls: c.cls, ttl: c.ttl, granted: c.granted, refreshed: c.sent}
+	l.lostCtx, l.lose = context.WithCancel(context.Background())
+	l.mu.Lock()
+	l.reaper = time.AfterFunc(time.Until(c.sent.Add(time.Duration(c.granted)*time.Second)), l.reap)
+	l.mu.Unlock()
 	b.mu.Lock()
-	b.held[l.rev] = l
-	b.ops.Add(1) // done by l.finish
-	l.watchTimer = time.AfterFunc(lossWatchDelay, l.watchLoss)
+	check := b.registerLocked(l, c.hdr)
 	b.mu.Unlock()
-	return l
-}
-
-// revoke revokes a lease on a context detached from ctx (bounded by the
-// request timeout); that deletes the keys attached to it. Failures are
-// ignored: the lease then expires with its TTL.
-func (b *backend) revoke(ctx context.Context, id clientv3.LeaseID) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout)
-	defer cancel()
-	_, _ = b.cli.Revoke(rctx, id)
+	if !c.cls.add(l) {
+		l.markLost()
+		return l, nil // lost already: the portable layer ends it at once
+	}
+	if check {
+		if err := l.checkKey(ctx); err != nil && !errors.Is(err, driver.ErrLeaseLost) {
+			l.releasing.Store(true)
+			l.forget()
+			b.removeKey(ctx, c)
+			return nil, err
+		}
+	}
+	return l, nil
 }
 
 // rpcCtx bounds one request by the request timeout.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,8 +145,8 @@ func TestInteropWeBlockMutex(t *testing.T) {
 	_ = m.Unlock(e.ctx)
 }
 
-// TestKeyLayout: the key is <prefix><name>/<lease ID hex> with an empty
-// value, attached to its lease, and the fence is its CreateRevision, as
+// TestKeyLayout: the key is <prefix><name>/<lease ID hex>_<number> with an
+// empty value, attached to its lease, and the fence is its CreateRevision, as
 // the package doc says.
 func TestKeyLayout(t *testing.T) {
 	e := newInteropEnv(t)
@@ -163,8 +164,8 @@ func TestKeyLayout(t *testing.T) {
 		t.Fatalf("%d keys under %sjob/, want 1", len(resp.Kvs), e.keyPrefix)
 	}
 	kv := resp.Kvs[0]
-	if want := fmt.Sprintf("%sjob/%x", e.keyPrefix, kv.Lease); string(kv.Key) != want || kv.Lease == 0 {
-		t.Errorf("key %q (lease %x), want %q", kv.Key, kv.Lease, want)
+	if want := fmt.Sprintf("%sjob/%x_", e.keyPrefix, kv.Lease); !strings.HasPrefix(string(kv.Key), want) || len(kv.Key) == len(want) || kv.Lease == 0 {
+		t.Errorf("key %q (lease %x), want %q followed by a number", kv.Key, kv.Lease, want)
 	}
 	if len(kv.Value) != 0 {
 		t.Errorf("value %q, want empty", kv.Value)

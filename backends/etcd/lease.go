@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -15,9 +16,33 @@ import (
 var (
 	_ driver.Lease        = (*lease)(nil)
 	_ driver.LossNotifier = (*lease)(nil)
+	_ driver.LossHook     = (*lease)(nil)
 	_ driver.GrantedTTLer = (*lease)(nil)
 	_ driver.Aser         = (*lease)(nil)
 )
+
+// lease is a held lock: our key, its CreateRevision (the fence) and the TTL
+// class whose etcd lease the key is attached to. The portable layer
+// serializes Extend and Release. A held lease runs no goroutine: loss
+// comes from the shared watch (watch.go) or the class (class.go), and the
+// reaper is a timer.
+type lease struct {
+	b   *backend
+	key string
+	rev int64
+
+	lostCtx   context.Context // done when the store dropped the lease
+	lose      context.CancelFunc
+	releasing atomic.Bool // our own delete is coming: not a loss
+
+	mu        sync.Mutex
+	cls       *class
+	ttl       int64     // seconds, requested
+	granted   int64     // seconds, as the server granted the last grant or renewal (≥ ttl)
+	refreshed time.Time // send time of the request that last started the key's TTL
+	reaper    *time.Timer
+	gone      bool // released, lost or forgotten: the reaper stays off
+}
 
 // GrantedTTL implements driver.GrantedTTLer: the TTL etcd granted for the
 // last grant or renewal, which etcd raises to its minimum lease TTL
@@ -30,249 +55,301 @@ func (l *lease) GrantedTTL() time.Duration {
 
 // As implements driver.Aser for Lease.As. Supported targets: *Guard (the
 // lease's ownership condition for etcd Txns, see Guard) and
-// *clientv3.LeaseID (the etcd lease the lock key is attached to now; an
-// Extend to another whole number of seconds moves it to a new one). It
+// *clientv3.LeaseID (the etcd lease the lock key is attached to now: its
+// TTL class's, shared with the backend's other keys of that TTL). It
 // returns false once the lease was released or lost.
 func (l *lease) As(target any) bool {
-	select {
-	case <-l.lost:
-		return false
-	default:
-	}
-	if l.releasing.Load() {
+	if l.lostCtx.Err() != nil || l.releasing.Load() {
 		return false
 	}
 	switch p := target.(type) {
 	case *Guard:
 		*p = Guard{Key: l.key, Rev: l.rev}
 	case *clientv3.LeaseID:
-		*p, _ = l.current()
+		*p = l.class().id
 	default:
 		return false
 	}
 	return true
 }
 
-// lease is a held lock: our key, its CreateRevision (the fence) and the etcd
-// lease it is attached to. The portable layer serializes Extend and Release.
-type lease struct {
-	b   *backend
-	key string
-	rev int64
-
-	mu        sync.Mutex
-	id        clientv3.LeaseID
-	ttl       int64     // seconds, requested
-	granted   int64     // seconds, as the server granted the last grant or renewal (≥ ttl)
-	refreshed time.Time // send time of the request that last started the lease's TTL
-
-	releasing  atomic.Bool // our own delete is coming: not a loss
-	lost       chan struct{}
-	lostOnce   sync.Once
-	ctx        context.Context // ends the loss watch
-	stop       context.CancelFunc
-	watchTimer *time.Timer // starts watchLoss
-	finishOnce sync.Once
-}
-
 func (l *lease) Fence() uint64 { return uint64(l.rev) }
 
-func (l *lease) Lost() <-chan struct{} { return l.lost }
+// Lost implements driver.LossNotifier.
+func (l *lease) Lost() <-chan struct{} { return l.lostCtx.Done() }
 
-func (l *lease) current() (clientv3.LeaseID, int64) {
+// OnLost implements driver.LossHook: no goroutine per lease.
+func (l *lease) OnLost(f func()) (stop func() bool) { return context.AfterFunc(l.lostCtx, f) }
+
+func (l *lease) class() *class {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.id, l.ttl
+	return l.cls
 }
 
-func (l *lease) pooled() pooledLease {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return pooledLease{id: l.id, ttl: l.ttl, refreshed: l.refreshed}
+func (l *lease) lostErr() error {
+	return fmt.Errorf("%w: etcd deleted lock key %q (its lease expired or was revoked, or the key was deleted)", driver.ErrLeaseLost, l.key)
 }
 
-// Extend renews the lease. With ttl of the lease's current whole seconds it
-// is a KeepAliveOnce; with another TTL it moves our key to a new etcd lease
-// with that TTL (etcd cannot change a lease's TTL). Either way it then
-// checks that our key still exists: ErrLeaseLost if not.
+// Extend renews the lease. With the TTL of its class it joins the class's
+// next KeepAliveOnce (one sent after Extend was called, shared with the
+// class's other renewals); with another TTL it moves our key to that TTL's
+// class. Either way the key must still be ours: the shared watch has not
+// seen it deleted (or, while the watch is down, a read finds it).
 func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
-	select {
-	case <-l.lost:
-		return fmt.Errorf("%w: etcd deleted lock key %q", driver.ErrLeaseLost, l.key)
-	default:
+	if l.lostCtx.Err() != nil {
+		return l.lostErr()
 	}
-	id, cur := l.current()
-	if secs := ttlSeconds(ttl); secs != cur {
-		return l.moveTo(ctx, id, secs)
+	cls := l.class()
+	if secs := ttlSeconds(ttl); secs != cls.ttl {
+		return l.moveTo(ctx, secs)
 	}
+	b := l.b
+	sent, granted, err := cls.refresh(ctx, false)
+	switch {
+	case errors.Is(err, errClassGone):
+		l.markLost()
+		return fmt.Errorf("%w: etcd lease %x of lock key %q expired or was revoked", driver.ErrLeaseLost, int64(cls.id), l.key)
+	case err != nil:
+		return b.fail(ctx, "keep lease alive", err)
+	}
+	if !b.watchLive() {
+		if err := l.checkKey(ctx); err != nil {
+			return err
+		}
+	}
+	if l.lostCtx.Err() != nil {
+		return l.lostErr()
+	}
+	l.renewed(sent, granted)
+	return nil
+}
+
+// renewed records a renewal sent at sent and moves the reaper.
+func (l *lease) renewed(sent time.Time, granted int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if sent.After(l.refreshed) {
+		l.refreshed = sent
+	}
+	l.granted = granted
+	if !l.gone {
+		l.reaper.Reset(time.Until(l.refreshed.Add(time.Duration(l.granted) * time.Second)))
+	}
+}
+
+// checkKey reads our key: ErrLeaseLost (and the lease marked lost) if it
+// is gone.
+func (l *lease) checkKey(ctx context.Context) error {
 	b := l.b
 	rctx, cancel := b.rpcCtx(ctx)
 	defer cancel()
-	sent := time.Now()
-	ka, err := b.cli.KeepAliveOnce(rctx, id)
-	if err != nil {
-		if isLeaseNotFound(err) {
-			return fmt.Errorf("%w: etcd lease %x of lock key %q expired or was revoked", driver.ErrLeaseLost, int64(id), l.key)
-		}
-		return b.fail(ctx, "keep lease alive", err)
-	}
 	resp, err := b.cli.Get(rctx, l.key, clientv3.WithKeysOnly())
 	if err != nil {
 		return b.fail(ctx, "check lock key", err)
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != l.rev {
-		return fmt.Errorf("%w: lock key %q was deleted", driver.ErrLeaseLost, l.key)
+		l.markLost()
+		return l.lostErr()
 	}
-	l.mu.Lock()
-	l.refreshed, l.granted = sent, max(ka.TTL, cur)
-	l.mu.Unlock()
 	return nil
 }
 
-// moveTo attaches our key to a new etcd lease of secs seconds, only while
-// the key is still ours, then revokes the old lease.
-func (l *lease) moveTo(ctx context.Context, old clientv3.LeaseID, secs int64) error {
+// moveTo attaches our key to the class of secs seconds, only while the
+// key is still ours; the Put keeps its CreateRevision (the fence) and its
+// place in the queue. The old class lease stays: it is shared.
+func (l *lease) moveTo(ctx context.Context, secs int64) error {
 	b := l.b
-	sent := time.Now()
-	rctx, cancel := b.rpcCtx(ctx)
-	g, err := b.cli.Grant(rctx, secs)
-	cancel()
-	if err != nil {
-		return b.fail(ctx, "grant lease", err)
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		cls, err := b.classFor(ctx, secs)
+		if err != nil {
+			return err
+		}
+		sent, granted := cls.state()
+		if sent.Before(start) {
+			// Restart its TTL after the call, as validity counts from it.
+			sent, granted, err = cls.refresh(ctx, true)
+			if errors.Is(err, errClassGone) && attempt < 2 {
+				continue
+			}
+			if err != nil {
+				return b.fail(ctx, "keep lease alive", err)
+			}
+		}
+		rctx, cancel := b.rpcCtx(ctx)
+		resp, err := b.cli.Txn(rctx).
+			If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)).
+			Then(clientv3.OpPut(l.key, "", clientv3.WithLease(cls.id))).
+			Commit()
+		cancel()
+		if err != nil && isLeaseNotFound(err) && attempt < 2 {
+			cls.kill()
+			continue
+		}
+		if err != nil {
+			// Unknown outcome: the key is on either class lease; both
+			// are alive, and the next Extend or Release settles it.
+			return b.fail(ctx, "move lock key to another lease", err)
+		}
+		if !resp.Succeeded {
+			l.markLost()
+			return l.lostErr()
+		}
+		if !cls.add(l) {
+			l.markLost()
+			return l.lostErr()
+		}
+		l.mu.Lock()
+		old := l.cls
+		l.cls, l.ttl = cls, secs
+		l.mu.Unlock()
+		if old != cls {
+			old.remove(l)
+		}
+		l.renewed(sent, granted)
+		return nil
 	}
-	rctx, cancel = b.rpcCtx(ctx)
-	resp, err := b.cli.Txn(rctx).
-		If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)).
-		Then(clientv3.OpPut(l.key, "", clientv3.WithLease(g.ID))).
-		Commit()
-	cancel()
-	if err != nil {
-		// Unknown outcome: the key may be on either lease. Keep both;
-		// the next Extend or Release settles it.
-		return b.fail(ctx, "move lock key to a new lease", err)
-	}
-	if !resp.Succeeded {
-		b.revoke(ctx, g.ID)
-		return fmt.Errorf("%w: lock key %q was deleted", driver.ErrLeaseLost, l.key)
-	}
-	l.mu.Lock()
-	l.id, l.ttl, l.granted, l.refreshed = g.ID, secs, max(g.TTL, secs), sent
-	l.mu.Unlock()
-	b.revoke(ctx, old)
-	return nil
 }
 
-// Release deletes our key if it is still ours, which frees the lock, and
-// keeps the lease for reuse (pool.go): a release is one write. If the delete's outcome is unknown (a member died
-// under the request) it revokes the lease in the foreground instead, which
-// deletes our key too; the revoke's success then counts as the release.
+// Release deletes our key if it is still ours, which frees the lock: one
+// Txn; the class lease stays for the backend's other keys. If the
+// delete's outcome is unknown (a member died under the request) it sends
+// the delete again, as a new request; if that fails too the key is left to
+// the reaper (see reapLater), and the store frees it at the latest when
+// its TTL passes unrenewed.
 func (l *lease) Release(ctx context.Context) error {
 	b := l.b
-	defer l.end()
 	l.releasing.Store(true)
-	id, _ := l.current()
+	defer l.forget()
 	// Half the request timeout: a write that a follower forwarded to a
-	// leader that then died hangs until the server gives up; the revoke
+	// leader that then died hangs until the server gives up; the retry
 	// below is a new request that the new leader serves.
 	rctx, cancel := context.WithTimeout(ctx, b.timeout/2)
-	resp, err := b.cli.Txn(rctx).
-		If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)).
-		Then(clientv3.OpDelete(l.key)).
-		Commit()
+	ok, err := b.deleteKey(rctx, l.key, l.rev)
 	cancel()
 	if err != nil {
 		rctx, cancel := b.rpcCtx(context.WithoutCancel(ctx))
-		_, rerr := b.cli.Revoke(rctx, id) // retried by clientv3: idempotent
+		_, err = b.deleteKey(rctx, l.key, l.rev)
 		cancel()
-		switch {
-		case rerr == nil:
-			return nil
-		case isLeaseNotFound(rerr):
-			return fmt.Errorf("%w: etcd lease %x of lock key %q had expired", driver.ErrLeaseLost, int64(id), l.key)
+		if err != nil {
+			b.reapLater(l.key, l.rev)
+			return b.fail(ctx, "delete lock key", err)
 		}
-		return b.fail(ctx, "delete lock key", err)
+		return nil // gone: deleted by the first request, or by expiry
 	}
-	if !resp.Succeeded {
-		b.revokeAsync(id)
+	if !ok {
 		return fmt.Errorf("%w: lock key %q was already gone", driver.ErrLeaseLost, l.key)
 	}
-	b.recycle(l.pooled()) // its only key is gone: reuse it (see pool.go)
 	return nil
 }
 
-// end stops the loss watch, or keeps it from starting, and forgets the
-// lease. Release calls it.
-func (l *lease) end() {
-	if l.watchTimer.Stop() { // the watch never started
-		l.finish()
-	}
-	l.forget()
-}
-
-// forget stops the loss watch and forgets the lease.
+// forget stops the reaper and unregisters the lease from the watch and its
+// class.
 func (l *lease) forget() {
-	l.stop()
-	l.b.mu.Lock()
-	if l.b.held[l.rev] == l {
-		delete(l.b.held, l.rev)
+	l.mu.Lock()
+	l.gone = true
+	if l.reaper != nil {
+		l.reaper.Stop()
 	}
-	l.b.mu.Unlock()
+	cls := l.cls
+	l.mu.Unlock()
+	cls.remove(l)
+	b := l.b
+	b.mu.Lock()
+	if b.keys[l.key] == l {
+		delete(b.keys, l.key)
+	}
+	b.mu.Unlock()
 }
 
-// finish tells Close that the lease's watch is over (or never ran).
-func (l *lease) finish() { l.finishOnce.Do(l.b.ops.Done) }
-
+// markLost reports the store-side loss (unless our own Release is under
+// way) and forgets the lease.
 func (l *lease) markLost() {
 	if l.releasing.Load() {
 		return
 	}
-	l.lostOnce.Do(func() { close(l.lost) })
+	l.lose()
+	l.forget()
 }
 
-// watchLoss watches our key and reports its deletion as a loss, until the
-// lease is released, lost, or the backend closed. The watch starts at the
-// current revision (served at once, no catch-up from history); once it is
-// in place a read of the key covers the time before it.
-func (l *lease) watchLoss() {
-	b := l.b
-	defer l.finish()
-	defer l.forget()
-	for l.ctx.Err() == nil && b.cli.Ctx().Err() == nil {
-		if l.watchOnce() {
-			l.markLost()
-			return
-		}
-		if sleepCtx(l.ctx, 100*time.Millisecond) != nil {
-			return
-		}
+// reap is the reaper timer's callback. The class lease may be kept alive
+// by the class's other keys, so a key whose lease is not renewed is
+// deleted here once its TTL (as granted) has passed since its last
+// renewal, as etcd would have with a lease of its own. The portable
+// layer's deadline has passed before that.
+func (l *lease) reap() {
+	l.mu.Lock()
+	if l.gone {
+		l.mu.Unlock()
+		return
 	}
+	if wait := time.Until(l.refreshed.Add(time.Duration(l.granted) * time.Second)); wait > 0 {
+		l.reaper.Reset(wait)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	b := l.b
+	rctx, cancel := b.rpcCtx(b.ctx)
+	_, err := b.deleteKey(rctx, l.key, l.rev)
+	cancel()
+	if err != nil {
+		l.mu.Lock()
+		if !l.gone && b.ctx.Err() == nil {
+			l.reaper.Reset(time.Second)
+		}
+		l.mu.Unlock()
+		return
+	}
+	l.markLost()
 }
 
-// watchOnce runs one watch on our key; it reports whether the key is gone.
-func (l *lease) watchOnce() (gone bool) {
-	b := l.b
-	wctx, cancel := context.WithCancel(l.ctx)
-	defer cancel()
-	for wr := range b.cli.Watch(wctx, l.key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
-		switch {
-		case wr.Canceled || wr.Err() != nil:
-			return false
-		case wr.Created:
-			rctx, rcancel := b.rpcCtx(l.ctx)
-			resp, err := b.cli.Get(rctx, l.key, clientv3.WithKeysOnly())
-			rcancel()
-			if err != nil {
-				return false
-			}
-			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != l.rev {
-				return true
-			}
-		}
-		for _, ev := range wr.Events {
-			if ev.Type == clientv3.EventTypeDelete {
-				return true
-			}
-		}
+// deleteKey deletes key if its CreateRevision is rev (any revision if rev
+// is 0), and reports whether it did.
+func (b *backend) deleteKey(ctx context.Context, key string, rev int64) (bool, error) {
+	txn := b.cli.Txn(ctx)
+	if rev != 0 {
+		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev))
 	}
-	return false
+	resp, err := txn.Then(clientv3.OpDelete(key)).Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
+}
+
+// reapLater deletes a key whose delete failed, in the background (see
+// background).
+func (b *backend) reapLater(key string, rev int64) {
+	b.background(func(ctx context.Context) error {
+		_, err := b.deleteKey(ctx, key, rev)
+		return err
+	})
+}
+
+// background runs f on a goroutine, each try bounded by the request
+// timeout, retrying every second until it returns nil or Close (whose
+// revoke of the class leases deletes every key on them).
+func (b *backend) background(f func(ctx context.Context) error) {
+	b.mu.Lock()
+	closed := b.closed
+	if !closed {
+		b.ops.Add(1)
+	}
+	b.mu.Unlock()
+	if closed {
+		return
+	}
+	go func() {
+		defer b.ops.Done()
+		for {
+			rctx, cancel := b.rpcCtx(b.ctx)
+			err := f(rctx)
+			cancel()
+			if err == nil || sleepCtx(b.ctx, time.Second) != nil {
+				return
+			}
+		}
+	}()
 }

@@ -94,18 +94,29 @@ func TestWaiterWhoseKeyVanishedRequeues(t *testing.T) {
 }
 
 // TestExtendMovesToNewLease: etcd cannot change a lease's TTL, so Extend
-// with another TTL moves the key to a new lease of that TTL; the key, its
-// CreateRevision (the fence) and its place are unchanged, and the old
-// lease is revoked.
+// with another TTL moves the key to the lease of that TTL's class; the
+// key, its CreateRevision (the fence) and its place are unchanged. Class
+// leases are shared: the old one keeps carrying the client's other lock of
+// that TTL, and moving back lands on it again.
 func TestExtendMovesToNewLease(t *testing.T) {
 	e := newInteropEnv(t)
 	c := e.client()
-	l, err := c.TryAcquire(e.ctx, "x", &fencelock.AcquireOptions{TTL: 2 * time.Second, AutoRenew: fencelock.Bool(false)})
+	o := &fencelock.AcquireOptions{TTL: 2 * time.Second, AutoRenew: fencelock.Bool(false)}
+	l, err := c.TryAcquire(e.ctx, "x", o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Release(e.ctx)
+	sib, err := c.TryAcquire(e.ctx, "y", &fencelock.AcquireOptions{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sib.Release(e.ctx)
 	before := e.lockKey("x").Kvs[0]
+	if sibKey := e.lockKey("y").Kvs[0]; sibKey.Lease != before.Lease {
+		t.Fatalf("two locks of one TTL on leases %x and %x, want one class lease", before.Lease, sibKey.Lease)
+	}
+	class2s := before.Lease
 	for _, ttl := range []time.Duration{30 * time.Second, 1500 * time.Millisecond} {
 		if err := l.Extend(e.ctx, ttl); err != nil {
 			t.Fatalf("Extend(%v): %v", ttl, err)
@@ -121,12 +132,11 @@ func TestExtendMovesToNewLease(t *testing.T) {
 		if want := ttlSeconds(ttl); ttlResp.GrantedTTL != want {
 			t.Errorf("after Extend(%v): lease TTL %ds, want %d", ttl, ttlResp.GrantedTTL, want)
 		}
-		old, err := e.raw.TimeToLive(e.ctx, clientv3.LeaseID(before.Lease))
-		if err != nil {
-			t.Fatal(err)
+		if ttl == 1500*time.Millisecond && kvs[0].Lease != class2s {
+			t.Errorf("after Extend(%v): key on lease %x, want the 2 s class lease %x", ttl, kvs[0].Lease, class2s)
 		}
-		if old.TTL != -1 {
-			t.Errorf("after Extend(%v): old lease %x still alive (TTL %d)", ttl, before.Lease, old.TTL)
+		if sibKey := e.lockKey("y").Kvs; len(sibKey) != 1 || sibKey[0].Lease != class2s || sib.Err() != nil {
+			t.Fatalf("after Extend(%v): the other 2 s lock: keys %v, Err %v; want it held on lease %x", ttl, sibKey, sib.Err(), class2s)
 		}
 		before = kvs[0]
 	}
@@ -135,9 +145,8 @@ func TestExtendMovesToNewLease(t *testing.T) {
 	}
 }
 
-// TestLeaseReuse: a released lease (its key gone) serves the next
-// acquisition with the same TTL, with its TTL restarted; Close revokes the
-// leases kept for reuse.
+// TestLeaseReuse: the TTL class lease outlives a release and serves the
+// next acquisition with the same TTL; Close revokes it.
 func TestLeaseReuse(t *testing.T) {
 	e := newInteropEnv(t)
 	c, err := fencelock.Open(e.ctx, e.url)
@@ -177,12 +186,12 @@ func TestLeaseReuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ttl.TTL != -1 {
-		t.Fatalf("pooled lease %x alive after Close (TTL %d)", first.Lease, ttl.TTL)
+		t.Fatalf("class lease %x alive after Close (TTL %d)", first.Lease, ttl.TTL)
 	}
 }
 
-// TestStoreLossWhileShortHeld: a lease whose key is deleted before its loss
-// watch starts (within lossWatchDelay of the grant) still learns of it.
+// TestStoreLossWhileShortHeld: a lease whose key is deleted right after the
+// grant (as the shared loss watch is being started) still learns of it.
 func TestStoreLossWhileShortHeld(t *testing.T) {
 	e := newInteropEnv(t)
 	c := e.client()

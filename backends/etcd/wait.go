@@ -16,7 +16,7 @@ var errRequeue = errors.New("etcd: our lock key vanished while waiting")
 // lease alive meanwhile. On success c.hdr is a revision at which c's key
 // existed with no contender ahead of it. It returns errRequeue if c's key
 // vanished, or an error (ctx, store); it leaves c's key in place: the caller
-// revokes it on error.
+// deletes it on error.
 func (b *backend) waitTurn(ctx context.Context, c *contender) error {
 	ttl := time.Duration(c.ttl) * time.Second
 	ka := time.NewTimer(ttl / 3)
@@ -77,7 +77,7 @@ func (b *backend) waitTurn(ctx context.Context, c *contender) error {
 				}
 			}
 		case <-ka.C:
-			err := b.keepAlive(ctx, c)
+			err := b.keepAlive(ctx, c, false)
 			switch {
 			case errors.Is(err, errRequeue), ctx.Err() != nil:
 				return err
@@ -112,20 +112,18 @@ func (b *backend) check(ctx context.Context, c *contender) (own bool, pred strin
 	return own, pred, resp.Header.Revision, nil
 }
 
-// keepAlive refreshes c's lease once and, on success, moves c.sent to when
-// the refresh was sent. errRequeue if the lease is gone.
-func (b *backend) keepAlive(ctx context.Context, c *contender) error {
-	sent := time.Now()
-	rctx, cancel := b.rpcCtx(ctx)
-	defer cancel()
-	ka, err := b.cli.KeepAliveOnce(rctx, c.id)
+// keepAlive restarts the TTL of c's class lease (joining the class's
+// next KeepAliveOnce; urgent: at once) and, on success, moves c.sent to
+// when that request was sent. errRequeue if the lease is gone.
+func (b *backend) keepAlive(ctx context.Context, c *contender, urgent bool) error {
+	sent, granted, err := c.cls.refresh(ctx, urgent)
 	if err != nil {
-		if isLeaseNotFound(err) {
+		if errors.Is(err, errClassGone) {
 			return errRequeue
 		}
 		return b.fail(ctx, "keep the waiting lease alive", err)
 	}
-	c.sent, c.granted = sent, max(ka.TTL, c.ttl)
+	c.sent, c.granted = sent, granted
 	return nil
 }
 

@@ -1,0 +1,371 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// TTL classes. A backend keeps one etcd lease per TTL (in whole seconds),
+// like concurrency.Session: every lock key it queues or holds with that
+// TTL is attached to the class's lease. Granting and revoking leases are
+// raft writes, restarting a lease's TTL is not, so an acquire is one Txn
+// and a renewal is one KeepAliveOnce shared by every lease of the class
+// that asks for one at about the same time (see refresh).
+//
+// The class lease is kept alive only on demand: by renewals (Extend, the
+// portable auto-renew) and waiting acquires, never by a loop of its own,
+// so a lock that is not renewed still ends in the store: by the class
+// lease's expiry if nothing renews the class, else by its own reaper (see
+// lease.reap), which deletes its key once its TTL has passed unrenewed.
+//
+// When the class lease is gone (revoked, expired: a KeepAliveOnce or a Put
+// says "lease not found") every lock on it is lost at once, and the next
+// acquire grants a new class lease.
+
+// errClassGone: the class lease no longer exists in etcd.
+var errClassGone = errors.New("etcd: the TTL class lease expired or was revoked")
+
+// refreshGap is the least time between two keepalives of one class that
+// renewals (not acquires) wait for: at most 1/refreshGap keepalives per
+// second and class, however many leases it carries, for at most
+// refreshGap of added renewal latency.
+func refreshGap(ttl int64) time.Duration {
+	return min(max(time.Duration(ttl)*time.Second/200, 5*time.Millisecond), 25*time.Millisecond)
+}
+
+// class is the etcd lease of one TTL.
+type class struct {
+	b     *backend
+	ttl   int64         // seconds, requested
+	gap   time.Duration // refreshGap(ttl)
+	ready chan struct{} // closed when the grant is done (id or err set)
+	err   error         // the grant's error
+	id    clientv3.LeaseID
+
+	mu         sync.Mutex
+	granted    int64       // seconds, as the server granted the last grant or keepalive (≥ ttl)
+	lastSent   time.Time   // send time of the last successful grant or keepalive
+	lastTry    time.Time   // send time of the last keepalive, successful or not
+	dead       atomic.Bool // the lease is gone: every member was lost (read without mu)
+	members    map[*lease]struct{}
+	pending    *refreshReq // not sent yet: callers may join it
+	inflight   bool        // a paced (non-urgent) keepalive is in flight
+	timerArmed bool
+	timer      *time.Timer
+}
+
+// refreshReq is one KeepAliveOnce shared by the callers that joined it
+// before it was sent.
+type refreshReq struct {
+	done    chan struct{}
+	urgent  bool
+	spawned bool // its sender is started: it leaves c.pending when it sends
+	sent    time.Time
+	granted int64
+	err     error
+}
+
+// classFor returns the live class of ttl seconds, granting its lease if
+// there is none. Concurrent callers share one grant.
+func (b *backend) classFor(ctx context.Context, ttl int64) (*class, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, driver.ErrClosed
+	}
+	c := b.classes[ttl]
+	grant := c == nil || c.isDead()
+	if grant {
+		c = &class{b: b, ttl: ttl, gap: refreshGap(ttl), ready: make(chan struct{}), members: map[*lease]struct{}{}}
+		b.classes[ttl] = c
+		b.ops.Add(1)
+	}
+	b.mu.Unlock()
+	if grant {
+		// On a context of the backend's, so that a caller giving up does
+		// not fail the others waiting for the same grant.
+		go func() {
+			defer b.ops.Done()
+			rctx, cancel := context.WithTimeout(b.ctx, b.timeout)
+			defer cancel()
+			sent := time.Now()
+			g, err := b.cli.Grant(rctx, ttl)
+			if err != nil {
+				c.err = err
+				c.mu.Lock()
+				c.dead.Store(true)
+				c.mu.Unlock()
+				b.mu.Lock()
+				if b.classes[ttl] == c {
+					delete(b.classes, ttl)
+				}
+				b.mu.Unlock()
+			} else {
+				c.id = g.ID
+				c.mu.Lock()
+				c.granted, c.lastSent, c.lastTry = max(g.TTL, ttl), sent, sent
+				c.mu.Unlock()
+			}
+			close(c.ready)
+		}()
+	}
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		return nil, b.fail(ctx, "grant lease", ctx.Err())
+	}
+	if c.err != nil {
+		return nil, b.fail(ctx, "grant lease", c.err)
+	}
+	return c, nil
+}
+
+func (c *class) isDead() bool {
+	select {
+	case <-c.ready:
+	default:
+		return false // being granted
+	}
+	return c.dead.Load()
+}
+
+// state returns the send time of the last request that restarted the
+// class lease's TTL, and the TTL granted.
+func (c *class) state() (lastSent time.Time, granted int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastSent, c.granted
+}
+
+// add makes l a member: it is lost when the class is. It reports false
+// (and adds nothing) if the class is gone already.
+func (c *class) add(l *lease) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead.Load() {
+		return false
+	}
+	c.members[l] = struct{}{}
+	return true
+}
+
+func (c *class) remove(l *lease) {
+	c.mu.Lock()
+	delete(c.members, l)
+	c.mu.Unlock()
+}
+
+// kill records that the class lease is gone: every member is lost, and
+// the next acquire with this TTL grants a new class lease.
+func (c *class) kill() {
+	c.mu.Lock()
+	if c.dead.Load() {
+		c.mu.Unlock()
+		return
+	}
+	c.dead.Store(true)
+	ms := c.members
+	c.members = nil
+	r := c.pending
+	c.pending = nil
+	if r != nil && r.spawned {
+		r = nil // its sender answers it
+	}
+	c.mu.Unlock()
+	b := c.b
+	b.mu.Lock()
+	if b.classes[c.ttl] == c {
+		delete(b.classes, c.ttl)
+	}
+	b.mu.Unlock()
+	if r != nil {
+		r.err = errClassGone
+		close(r.done)
+	}
+	for l := range ms {
+		l.markLost()
+	}
+}
+
+// refresh restarts the class lease's TTL with a KeepAliveOnce sent after
+// refresh was called, and returns that request's send time and the TTL
+// granted. Callers share requests: one joins the request not sent yet, if
+// any, never one already sent (its send time would precede the call).
+// urgent requests (acquires) are sent at once; others (renewals) at most
+// once per c.gap, one at a time. errClassGone if the lease is gone.
+func (c *class) refresh(ctx context.Context, urgent bool) (time.Time, int64, error) {
+	r, err := c.join(urgent)
+	if err != nil {
+		return time.Time{}, 0, err
+	}
+	return r.wait(ctx)
+}
+
+// join joins (or makes) the request not sent yet, without waiting for it.
+func (c *class) join(urgent bool) (*refreshReq, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead.Load() {
+		return nil, errClassGone
+	}
+	r := c.pending
+	if r == nil {
+		r = &refreshReq{done: make(chan struct{})}
+		c.pending = r
+	}
+	r.urgent = r.urgent || urgent
+	c.scheduleLocked()
+	return r, nil
+}
+
+// wait waits for r's answer: its send time and the TTL granted.
+func (r *refreshReq) wait(ctx context.Context) (time.Time, int64, error) {
+	select {
+	case <-r.done:
+		return r.sent, r.granted, r.err
+	case <-ctx.Done():
+		return time.Time{}, 0, ctx.Err()
+	}
+}
+
+// scheduleLocked sends c.pending now or arranges for it to be sent.
+// c.mu is held.
+func (c *class) scheduleLocked() {
+	r := c.pending
+	if r == nil || r.spawned {
+		return
+	}
+	switch {
+	case r.urgent:
+		// Sent at once; callers may still join until the sender takes it.
+		r.spawned = true
+		c.goSend(r, false)
+	case c.inflight || c.timerArmed:
+		// The keepalive in flight, or the timer, sends it.
+	default:
+		if wait := c.gap - time.Since(c.lastTry); wait > 0 {
+			c.timerArmed = true
+			if c.timer == nil {
+				c.timer = time.AfterFunc(wait, c.fire)
+			} else {
+				c.timer.Reset(wait)
+			}
+			return
+		}
+		r.spawned = true
+		c.inflight = true
+		c.goSend(r, true)
+	}
+}
+
+func (c *class) fire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.timerArmed = false
+	c.scheduleLocked()
+}
+
+// goSend sends r on a goroutine of its own (Close waits for it).
+func (c *class) goSend(r *refreshReq, paced bool) {
+	b := c.b
+	b.mu.Lock()
+	closed := b.closed
+	if !closed {
+		b.ops.Add(1)
+	}
+	b.mu.Unlock()
+	if closed {
+		if paced {
+			c.inflight = false
+		}
+		if c.pending == r {
+			c.pending = nil
+		}
+		r.err = driver.ErrClosed
+		close(r.done)
+		return
+	}
+	go func() {
+		defer b.ops.Done()
+		c.send(r, paced)
+	}()
+}
+
+func (c *class) send(r *refreshReq, paced bool) {
+	b := c.b
+	rctx, cancel := context.WithTimeout(b.ctx, b.timeout)
+	c.mu.Lock()
+	if c.pending == r {
+		c.pending = nil // no one joins it from now on
+	}
+	c.mu.Unlock()
+	sent := time.Now()
+	ka, err := b.cli.KeepAliveOnce(rctx, c.id)
+	cancel()
+	gone := err != nil && isLeaseNotFound(err)
+	c.mu.Lock()
+	if sent.After(c.lastTry) {
+		c.lastTry = sent
+	}
+	if err == nil {
+		if sent.After(c.lastSent) {
+			c.lastSent = sent
+		}
+		c.granted = max(ka.TTL, c.ttl)
+	}
+	if paced {
+		c.inflight = false
+		if !c.dead.Load() {
+			c.scheduleLocked()
+		}
+	}
+	c.mu.Unlock()
+	switch {
+	case gone:
+		r.err = errClassGone
+	case err != nil:
+		r.err = err
+	default:
+		r.sent, r.granted = sent, max(ka.TTL, c.ttl)
+	}
+	close(r.done)
+	if gone {
+		c.kill()
+	}
+}
+
+// revokeAll revokes every class lease (which deletes every key on them)
+// and forgets the classes; Close and KillSessions call it.
+func (b *backend) revokeAll(ctx context.Context) error {
+	b.mu.Lock()
+	cs := make([]*class, 0, len(b.classes))
+	for _, c := range b.classes {
+		cs = append(cs, c)
+	}
+	b.mu.Unlock()
+	var first error
+	for _, c := range cs {
+		<-c.ready
+		if c.err != nil {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, b.timeout)
+		_, err := b.cli.Revoke(rctx, c.id)
+		cancel()
+		if err != nil && !isLeaseNotFound(err) {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		c.kill()
+	}
+	return first
+}

@@ -1,0 +1,198 @@
+package etcd
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/fencelock/fencelock"
+
+	"github.com/fencelock/fencelock/conformance"
+)
+
+// rpcCounter counts the etcd RPCs of one etcd client by method, and
+// remembers the counts when the n-th Txn (the last acquire of HoldMany,
+// which makes one Txn per acquire) and the next one (the first release)
+// were sent: the window in which the leases were only held and renewed.
+type rpcCounter struct {
+	n int64 // Txns in the acquire phase
+
+	txn, keepAlive, other atomic.Int64
+
+	mu         sync.Mutex
+	heldAt     time.Time
+	releasedAt time.Time
+	atHeld     [2]int64 // keepAlive, other
+	atReleased [2]int64
+}
+
+func (c *rpcCounter) count(method string) {
+	switch method {
+	case "/etcdserverpb.KV/Txn":
+		switch c.txn.Add(1) {
+		case c.n:
+			c.mu.Lock()
+			c.heldAt, c.atHeld = time.Now(), [2]int64{c.keepAlive.Load(), c.other.Load()}
+			c.mu.Unlock()
+		case c.n + 1:
+			c.mu.Lock()
+			c.releasedAt, c.atReleased = time.Now(), [2]int64{c.keepAlive.Load(), c.other.Load()}
+			c.mu.Unlock()
+		}
+	case "/etcdserverpb.Lease/LeaseKeepAlive":
+		c.keepAlive.Add(1)
+	default:
+		c.other.Add(1)
+	}
+}
+
+// renewalRate is the RPCs per second sent while the leases were only held:
+// keepalives, and any other non-Txn request (a key check).
+func (c *rpcCounter) renewalRate() (keepAlives, others float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := c.releasedAt.Sub(c.heldAt).Seconds()
+	if d <= 0 {
+		return 0, 0
+	}
+	return float64(c.atReleased[0]-c.atHeld[0]) / d, float64(c.atReleased[1]-c.atHeld[1]) / d
+}
+
+func (c *rpcCounter) dialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			c.count(method)
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			c.count(method)
+			return streamer(ctx, desc, cc, method, opts...)
+		}),
+	}
+}
+
+// holdMany runs conformance.HoldMany with n leases of ttl on a Client of
+// its own, held for 3 × ttl, counting the RPCs.
+func holdMany(tb testing.TB, n int, ttl time.Duration) (conformance.HoldManyResult, *rpcCounter) {
+	tb.Helper()
+	srv := sharedEtcd(tb, 1)
+	rc := &rpcCounter{n: int64(n)}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), Logger: zap.NewNop(),
+		DialTimeout: 5 * time.Second, DialOptions: rc.dialOptions()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer cli.Close()
+	c := NewWithConfig(cli, &Config{KeyPrefix: "scale/"}, nil)
+	defer c.Close()
+	r, err := conformance.HoldMany(context.Background(), c, "many", n, ttl, 3*ttl)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r, rc
+}
+
+// TestHoldManyLeases: many leases on one Client cost O(1) goroutines (one
+// shared loss watch, loss by callback, renewals on timers) and O(1)
+// renewal RPCs per second (one class lease, keepalives shared by the
+// renewals that ask at about the same time), and auto-renew keeps every
+// one held for three TTLs. The full 10,000 run is BenchmarkHold10000.
+func TestHoldManyLeases(t *testing.T) {
+	const n, ttl = 500, 2 * time.Second
+	r, rc := holdMany(t, n, ttl)
+	ka, other := rc.renewalRate()
+	t.Logf("%v; renewal RPCs: %.1f keepalives/s, %.1f others/s (%d renewals/s asked)", r, ka, other, int(float64(n)/(ttl.Seconds()/3)))
+	if r.Lost != 0 {
+		t.Errorf("%d of %d auto-renewed leases lost within 3×TTL", r.Lost, n)
+	}
+	// At rest the Client runs a fixed few goroutines (the shared watch and
+	// its gRPC stream). A renewal waiting for its class's next keepalive
+	// (at most refreshGap, 10 ms here, plus a round trip) runs on a
+	// goroutine of the portable layer's: 750 renewals/s keep a few in
+	// flight, more on a loaded CI machine. A goroutine per lease would
+	// show at least n.
+	if r.Goroutines > n/5 {
+		t.Errorf("holding %d leases added %d goroutines: want O(1) per Client, not per lease", n, r.Goroutines)
+	}
+	// One class, keepalives at most every refreshGap (10 ms): ≤ 100/s
+	// whatever n is; the old design sent 2 RPCs per renewal (1500/s here).
+	if limit := float64(time.Second/refreshGap(2)) * 1.2; ka > limit {
+		t.Errorf("%.1f keepalives/s for %d leases of one TTL, want ≤ %.0f (one class lease)", ka, n, limit)
+	}
+	if other > 5 {
+		t.Errorf("%.1f other RPCs/s while only holding (key checks?), want none but the watch's", other)
+	}
+}
+
+func BenchmarkHold10000(b *testing.B) {
+	for b.Loop() {
+		r, rc := holdMany(b, 10000, 5*time.Second)
+		ka, other := rc.renewalRate()
+		b.Logf("%v; renewal RPCs: %.1f keepalives/s, %.1f others/s", r, ka, other)
+		b.ReportMetric(float64(r.Goroutines), "goroutines")
+		b.ReportMetric(float64(r.HeapPerLease), "B/lease")
+		b.ReportMetric(float64(r.Lost), "lost")
+		b.ReportMetric(ka, "keepalives/s")
+		b.ReportMetric(other, "otherRPCs/s")
+		b.ReportMetric(r.AcquireElapsed.Seconds(), "acquire-s")
+		if r.Lost != 0 {
+			b.Errorf("%d of 10000 leases lost", r.Lost)
+		}
+		// Renewals waiting for their class's keepalive (see
+		// TestHoldManyLeases): 6000 renewals/s keep some dozens in flight.
+		if r.Goroutines > 1000 {
+			b.Errorf("holding 10000 leases added %d goroutines: want O(1) per Client, not per lease", r.Goroutines)
+		}
+	}
+}
+
+// TestAcquireReleaseRPCs: with its class lease fresh, a blocking Acquire
+// is one Txn and a Release one more, as concurrency.Mutex's Lock and
+// Unlock: no keepalive, grant, revoke or read of their own.
+func TestAcquireReleaseRPCs(t *testing.T) {
+	srv := sharedEtcd(t, 1)
+	rc := &rpcCounter{n: -1}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), Logger: zap.NewNop(),
+		DialTimeout: 5 * time.Second, DialOptions: rc.dialOptions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	c := NewWithConfig(cli, &Config{KeyPrefix: "rpcs/"}, nil)
+	defer c.Close()
+	o := &fencelock.AcquireOptions{TTL: 30 * time.Second}
+	l, err := c.Acquire(t.Context(), "warm-up", o) // grants the class, starts the watch
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	txn0, ka0, other0 := rc.txn.Load(), rc.keepAlive.Load(), rc.other.Load()
+	const n = 20
+	start := time.Now()
+	for range n {
+		l, err := c.Acquire(t.Context(), "x", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	txn, ka, other := rc.txn.Load()-txn0, rc.keepAlive.Load()-ka0, rc.other.Load()-other0
+	t.Logf("%d acquire+release: %d Txn, %d keepalives, %d other RPCs in %v", n, txn, ka, other, time.Since(start))
+	if txn != 2*n || other != 0 {
+		t.Errorf("%d acquire+release sent %d Txns and %d other RPCs, want %d and 0", n, txn, other, 2*n)
+	}
+	// A class refresh is due only when the last is older than TTL/6 (5 s).
+	if ka > 1 && time.Since(start) < 5*time.Second {
+		t.Errorf("%d keepalives for %d acquisitions within %v, want at most 1", ka, n, time.Since(start))
+	}
+}
