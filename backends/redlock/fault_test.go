@@ -3,11 +3,13 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/redlock"
+	"github.com/fencelock/fencelock/internal/faultrec"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -53,6 +55,7 @@ func count(vs []string, want string) int {
 // TestFaultTwoOfFiveKilled: with any 2 of 5 primaries dead, acquire,
 // extend, release and hand-off keep working, and fences keep increasing.
 func TestFaultTwoOfFiveKilled(t *testing.T) {
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "redlock", Scenario: faultrec.PrimaryLost, Case: "2 of 5 killed"})
 	m := nodes(t, 5, nil)
 	ctx := t.Context()
 	a, b := open(t, m.URL(), nil), open(t, m.URL(), nil)
@@ -87,6 +90,7 @@ func TestFaultTwoOfFiveKilled(t *testing.T) {
 	if err := l.Extend(ctx, 2*time.Second); err != nil {
 		t.Fatalf("Extend with 2 of 5 primaries dead: %v", err)
 	}
+	rec.Outcome = faultrec.Kept
 	// Hand-off: b blocks, a releases, b gets it with a higher fence.
 	got := make(chan *fencelock.Lease, 1)
 	errc := make(chan error, 1)
@@ -105,7 +109,12 @@ func TestFaultTwoOfFiveKilled(t *testing.T) {
 	}
 	select {
 	case l2 := <-got:
-		t.Logf("hand-off with 2 of 5 primaries dead took %v", time.Since(released).Round(time.Microsecond))
+		took := time.Since(released)
+		t.Logf("hand-off with 2 of 5 primaries dead took %v", took.Round(time.Microsecond))
+		rec.WaitGranted, rec.WaitFrom = took, "release"
+		rec.Fence = faultrec.FenceOf(uint64(last), uint64(l2.Fence()))
+		rec.SecondHolder = faultrec.OverlapNone // b's TryAcquire was refused while a held
+		rec.Note = "2 of 5 primaries killed (SIGKILL) while a lease was held: TryAcquire, Extend, Release and hand-off kept working; another client was refused while held"
 		if l2.Fence() <= last {
 			t.Fatalf("fence after hand-off %d not above %d", l2.Fence(), last)
 		}
@@ -117,6 +126,7 @@ func TestFaultTwoOfFiveKilled(t *testing.T) {
 	}
 	// The dead primaries come back empty; everything still works and the
 	// fences still rise.
+	rr := faultrec.Begin(t, faultrec.Result{Backend: "redlock", Scenario: faultrec.ServerRestarted, Case: "2 of 5 back empty", Outcome: faultrec.Granted})
 	for _, i := range []int{1, 3} {
 		if err := m.Start(ctx, i); err != nil {
 			t.Fatal(err)
@@ -126,6 +136,8 @@ func TestFaultTwoOfFiveKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rr.Fence = faultrec.FenceOf(uint64(last), uint64(l3.Fence()))
+	rr.Note = "2 of 5 primaries restarted empty: the next grant's fence was still higher (the surviving majority and the time floor)"
 	if l3.Fence() <= last {
 		t.Fatalf("fence after restart %d not above %d", l3.Fence(), last)
 	}
@@ -138,6 +150,7 @@ func TestFaultTwoOfFiveKilled(t *testing.T) {
 // with ErrUnavailable (not a hang, not ErrNotAcquired), and nothing is
 // left held on the two survivors.
 func TestFaultThreeOfFiveKilled(t *testing.T) {
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "redlock", Scenario: faultrec.PrimaryLost, Case: "3 of 5 killed"})
 	m := nodes(t, 5, nil)
 	ctx := t.Context()
 	c := open(t, m.URL(), nil)
@@ -163,11 +176,18 @@ func TestFaultThreeOfFiveKilled(t *testing.T) {
 		t.Fatalf("failing with 3 of 5 primaries dead took %v, want fast (connections are refused)", took)
 	}
 	t.Logf("3 of 5 dead: refused after %v: %v", took.Round(time.Microsecond), err)
+	rec.Outcome = faultrec.Refused
+	rec.Note = fmt.Sprintf("3 of 5 primaries killed: TryAcquire and Acquire failed with ErrUnavailable within %v", took.Round(time.Millisecond))
 	redlock.Idle(c)
+	left := false
 	for i, v := range holders(ctx, m, n) {
 		if i%2 == 1 && v != "" {
-			t.Fatalf("survivor %d holds %q after the failed attempts", i, v)
+			left = true
+			t.Errorf("survivor %d holds %q after the failed attempts", i, v)
 		}
+	}
+	if !left {
+		rec.Note += "; nothing left held on the survivors"
 	}
 }
 
@@ -176,6 +196,7 @@ func TestFaultThreeOfFiveKilled(t *testing.T) {
 // else is granted the lock meanwhile, the attempts that queued up on the
 // frozen primary grant nothing when it thaws, and the next fence is higher.
 func TestFaultPrimaryPaused(t *testing.T) {
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "redlock", Scenario: faultrec.PrimaryLost, Case: "1 of 5 frozen"})
 	m := nodes(t, 5, nil)
 	ctx := t.Context()
 	a, b := open(t, m.URL(), nil), open(t, m.URL(), nil)
@@ -217,6 +238,9 @@ func TestFaultPrimaryPaused(t *testing.T) {
 	if l.Err() != nil {
 		t.Fatalf("lease lost with one primary of five frozen: %v", l.Err())
 	}
+	rec.Outcome = faultrec.Kept
+	rec.SecondHolder = faultrec.OverlapNone // every attempt by b was refused
+	rec.Note = fmt.Sprintf("1 of 5 primaries frozen (SIGSTOP) for 1.5×TTL: the lease kept renewing on the other four; %d attempts by another client were refused, each quickly", tries)
 	resume()
 	redlock.Idle(b)
 	if err := pingAll(ctx, m); err != nil {
@@ -251,6 +275,7 @@ func TestFaultPrimaryPaused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l2.Release(ctx)
+	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(l2.Fence()))
 	if l2.Fence() <= l.Fence() {
 		t.Fatalf("fence %d after the freeze, not above %d", l2.Fence(), l.Fence())
 	}
