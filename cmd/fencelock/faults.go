@@ -60,7 +60,7 @@ var untested = map[string]map[faultrec.Scenario]string{
 	"pgadvisory": {faultrec.PrimaryLost: "not tested: one server; advisory locks are not replicated to standbys", faultrec.ClockJump: "not tested"},
 	"etcd":       {faultrec.ClockJump: "not tested"},
 	"zookeeper":  {faultrec.ClockJump: "not tested"},
-	"dynamodb":   {faultrec.ClockJump: "not tested; expiry is each client's observation on its monotonic clock; the first fence of a new item comes from the client's wall clock"},
+	"dynamodb":   {faultrec.ClockJump: "not tested; no server clock: each client judges expiry from its own observations; the first fence of a new item comes from the client's wall clock"},
 }
 
 // faultTable runs the fault tests with recording on (go test from the
@@ -172,7 +172,7 @@ func renderFaultTable(records []faultrec.Result) string {
 		t.WriteString("\n")
 	}
 	t.WriteString("\nEach cell, per test: what became of the lease held when the fault hit (**kept**, **lost**; **refused** / **granted**: no lease was held and the store refused / kept granting); " +
-		"how long until a waiting client was granted the lock, counted from the event named; whether the next grant's fence was above every earlier one (fence ↑) or not (fence NOT ↑); " +
+		"how long until another client was granted the lock (next grant), counted from the event named; whether the next grant's fence was above every earlier one (fence ↑) or not (fence NOT ↑); " +
 		"whether the test looked for a second holder — a grant before the earlier lease ended, or a stale holder's fenced write accepted — and saw none (1 holder) or one (2 HOLDERS); and the test that measured it. " +
 		"**FAILED**: the test failed in this run; its values are what it measured before failing. Numbers are from one run on a loaded 2-core machine: timings vary between runs.\n")
 	if notes.Len() > 0 {
@@ -192,7 +192,7 @@ func cell(r faultrec.Result) string {
 		p = append(p, "**"+string(r.Outcome)+"**")
 	}
 	if r.WaitFrom != "" {
-		p = append(p, "waiter granted "+us(r.WaitGranted)+" after "+r.WaitFrom)
+		p = append(p, "next grant "+us(r.WaitGranted)+" after "+r.WaitFrom)
 	}
 	switch r.Fence {
 	case faultrec.FenceIncreased:

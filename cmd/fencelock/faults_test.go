@@ -61,7 +61,7 @@ func TestFaultTableCells(t *testing.T) {
 	}
 	md := renderFaultTable(recs)
 	mem := rowLine(t, md, "mem")
-	if !strings.Contains(mem, "**lost** · waiter granted 405.0ms after SIGKILL · fence ↑ · [ProcessCrash](../conformance/crash_linux.go#L33) [1]") {
+	if !strings.Contains(mem, "**lost** · next grant 405.0ms after SIGKILL · fence ↑ · [ProcessCrash](../conformance/crash_linux.go#L33) [1]") {
 		t.Errorf("mem row: %s", mem)
 	}
 	if !strings.Contains(md, "1. mem, ProcessCrash: TTL 400ms") {
@@ -89,7 +89,7 @@ func TestFaultTableFromFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if row := rowLine(t, md, "dynamodb"); !strings.Contains(row, "**lost** · waiter granted 1.50s after SIGSTOP · fence ↑ · 1 holder · [TestFaultHolderFrozen](../backends/dynamodb/fault_test.go#L190)") {
+	if row := rowLine(t, md, "dynamodb"); !strings.Contains(row, "**lost** · next grant 1.50s after SIGSTOP · fence ↑ · 1 holder · [TestFaultHolderFrozen](../backends/dynamodb/fault_test.go#L190)") {
 		t.Errorf("dynamodb row: %s", row)
 	}
 }

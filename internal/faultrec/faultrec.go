@@ -111,8 +111,8 @@ type Result struct {
 
 	// Filled by Record.
 	Test   string `json:"test"`             // t.Name()
-	File   string `json:"file"`             // the caller's file, relative to the module root ("backends/redis/fault_test.go")
-	Line   int    `json:"line"`             // the caller's line
+	File   string `json:"file"`             // the calling function's file, relative to the module root ("backends/redis/fault_test.go")
+	Line   int    `json:"line"`             // the first line of the calling function (the test)
 	Failed bool   `json:"failed,omitempty"` // the test had failed by its end
 }
 
@@ -129,7 +129,7 @@ type TB interface {
 // returned Result as it measures, and the record is appended, as by Record,
 // when the test ends, also when it fails half-way (Failed then says so and
 // the fields hold what was measured until then). The file and line are
-// Begin's caller's. Without $FENCELOCK_FAULTS_OUT it returns a Result that
+// those of the function that calls Begin. Without $FENCELOCK_FAULTS_OUT it returns a Result that
 // is never written.
 func Begin(t TB, r Result) *Result {
 	t.Helper()
@@ -139,16 +139,15 @@ func Begin(t TB, r Result) *Result {
 		return rec
 	}
 	rec.Test = t.Name()
-	if _, file, line, ok := runtime.Caller(1); ok {
-		rec.File, rec.Line = relToModule(file), line
-	}
+	rec.File, rec.Line = caller()
 	t.Cleanup(func() { write(path, t, *rec) })
 	return rec
 }
 
-// Record appends r, with the caller's test name, file and line, to the file
-// named by $FENCELOCK_FAULTS_OUT when the test ends (so that Failed covers
-// the test's later assertions). It does nothing when the variable is unset.
+// Record appends r, with the test's name and the file and first line of
+// the function that calls Record, to the file named by
+// $FENCELOCK_FAULTS_OUT when the test ends (so that Failed covers the
+// test's later assertions). It does nothing when the variable is unset.
 // A write error is reported on stderr, never as a test failure: recording
 // must not change what the test asserts.
 func Record(t TB, r Result) {
@@ -158,10 +157,24 @@ func Record(t TB, r Result) {
 		return
 	}
 	r.Test = t.Name()
-	if _, file, line, ok := runtime.Caller(1); ok {
-		r.File, r.Line = relToModule(file), line
-	}
+	r.File, r.Line = caller()
 	t.Cleanup(func() { write(path, t, r) })
+}
+
+// caller returns the file (relative to the module root) and the first
+// line of the function that called Begin or Record: the test (or
+// conformance check) the record links to.
+func caller() (string, int) {
+	pc, file, line, ok := runtime.Caller(2)
+	if !ok {
+		return "", 0
+	}
+	if f := runtime.FuncForPC(pc); f != nil {
+		if ff, fl := f.FileLine(f.Entry()); ff == file && fl > 0 && fl <= line {
+			line = fl
+		}
+	}
+	return relToModule(file), line
 }
 
 func write(path string, t TB, r Result) {

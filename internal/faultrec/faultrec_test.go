@@ -3,7 +3,6 @@ package faultrec_test
 import (
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -36,9 +35,8 @@ func TestRecordWritesAtTestEnd(t *testing.T) {
 	ft := &fakeT{name: "TestX/sub"}
 	r0 := faultrec.Result{Backend: "redis", Scenario: faultrec.HolderCrashed, Outcome: faultrec.Lost,
 		WaitGranted: 1234 * time.Millisecond, WaitFrom: "SIGKILL", Fence: faultrec.FenceOf(7, 9), Note: "n"}
-	_, _, line, _ := runtime.Caller(0)
-	faultrec.Record(ft, r0) // must be the line after runtime.Caller
-	line++
+	faultrec.Record(ft, r0)
+	line := funcLine(t, "TestRecordWritesAtTestEnd")
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Fatalf("record written before the test ended (stat: %v)", err)
 	}
@@ -131,4 +129,21 @@ func TestFenceOf(t *testing.T) {
 	if faultrec.FenceOf(5, 6) != faultrec.FenceIncreased || faultrec.FenceOf(6, 6) != faultrec.FenceRepeated || faultrec.FenceOf(7, 6) != faultrec.FenceRepeated {
 		t.Fatal("FenceOf")
 	}
+}
+
+// funcLine is the line of "func name(" in this file: where a record made
+// in that test must link.
+func funcLine(t *testing.T, name string) int {
+	t.Helper()
+	b, err := os.ReadFile("faultrec_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "func "+name+"(") {
+			return i + 1
+		}
+	}
+	t.Fatalf("func %s not found", name)
+	return 0
 }
