@@ -105,3 +105,23 @@ not json
 		t.Fatalf("failedTests = %q", got)
 	}
 }
+
+// The whole path on the cheapest fault test: go test runs the mem
+// backend's process-crash check with recording on, and its record lands in
+// the mem row, linked to the check.
+func TestFaultSectionRunsTests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs go test on the mem backend")
+	}
+	md, err := faultSection(t.Context(), []string{"./backends/memory"}, "^TestConformance$/^ProcessCrash$")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := rowLine(t, md, "mem")
+	if !strings.Contains(row, "**lost** · next grant ") || !strings.Contains(row, "after SIGKILL · fence ↑ · [ProcessCrash](../conformance/crash_linux.go#L") {
+		t.Fatalf("mem row after a real run: %s\n%s", row, md)
+	}
+	if strings.Contains(md, "Failed in this run") {
+		t.Fatalf("the crash check failed:\n%s", md)
+	}
+}
