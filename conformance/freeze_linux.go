@@ -5,6 +5,8 @@ package conformance
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/faultrec"
 )
 
 // testProcessFreeze: a child process acquires (auto-renew on), is frozen
@@ -26,6 +29,7 @@ func testProcessFreeze(t TB, e *env) {
 	if url == "" {
 		t.Skipf("harness gives no URL for a second process")
 	}
+	rec := faultrec.Begin(t, faultrec.Result{Backend: e.caps.Backend, Scenario: faultrec.HolderPaused})
 	bin, err := exe()
 	mustNil(t, err, "os.Executable")
 	var args []string
@@ -92,6 +96,8 @@ func testProcessFreeze(t TB, e *env) {
 	mustNil(t, err, "parent Acquire while the child is frozen")
 	defer l.Release(e.ctx)
 	grantedAfter := time.Since(stopped)
+	rec.WaitGranted, rec.WaitFrom = grantedAfter, "SIGSTOP"
+	rec.Fence = faultrec.FenceOf(childFence, uint64(l.Fence()))
 	e.checkFence(t, fencelock.Fence(childFence), l.Fence(), "parent's grant over the frozen child")
 	v, err := res.Claim(e.ctx, uint64(l.Fence()))
 	mustNil(t, err, "parent's claim")
@@ -105,12 +111,14 @@ func testProcessFreeze(t TB, e *env) {
 	if f[1] != "true" {
 		t.Fatalf("resumed child's lease did not end with ErrLeaseLost")
 	}
+	rec.Outcome = faultrec.Lost
 	if f = next("RELEASE"); f[1] != "true" {
 		t.Fatalf("resumed child's Release did not return ErrLeaseLost")
 	}
 	f = next("WRITE")
 	wf, _ := strconv.ParseUint(f[1], 10, 64)
 	err = res.WriteClaimed(e.ctx, wf, 1000)
+	rec.SecondHolder = faultrec.OverlapOf(!errors.Is(err, guard.ErrStale))
 	mustIs(t, err, guard.ErrStale, "resumed child's fenced write")
 	if got, _ := res.Read(e.ctx); got != v+1 {
 		t.Fatalf("resource value %d, want the parent's %d", got, v+1)
@@ -120,6 +128,8 @@ func testProcessFreeze(t TB, e *env) {
 	}
 	_, err = e.client().TryAcquire(e.ctx, name, nil)
 	mustIs(t, err, fencelock.ErrNotAcquired, "TryAcquire after the child's stale Release")
+	rec.Case = fmt.Sprintf("TTL %v", e.ttl)
+	rec.Note = fmt.Sprintf("frozen for 2×TTL; the resumed holder saw its loss %v after SIGCONT; its Release returned ErrLeaseLost; its fenced write was rejected", lostAfter.Round(time.Millisecond))
 	t.Logf("child fence %d frozen at %v; parent granted fence %d %v later; child saw its lease lost %v after SIGCONT; its write was rejected",
 		childFence, stopped.Format("15:04:05.000"), l.Fence(), grantedAfter.Round(time.Millisecond), lostAfter.Round(time.Millisecond))
 }

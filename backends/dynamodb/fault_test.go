@@ -18,6 +18,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/faultrec"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -30,6 +31,7 @@ const margin = 500 * time.Millisecond
 // item, and the next grant's fence is higher.
 func TestFaultServerKilledRestarted(t *testing.T) {
 	d := testserver.StartDynaliteProcess(t, &testserver.DynaliteOptions{Persist: true})
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "dynamodb", Scenario: faultrec.ServerRestarted, Case: "from its data"})
 	ctx := t.Context()
 	c, other := open(t, d.URL(), nil), open(t, d.URL(), nil)
 	n := name(t)
@@ -64,8 +66,10 @@ func TestFaultServerKilledRestarted(t *testing.T) {
 		t.Fatalf("fence after restart = %#v, want %d: the item did not survive", out.Item["fence"], held.Fence())
 	}
 	if _, err := other.TryAcquire(ctx, n, nil); !errors.Is(err, fencelock.ErrNotAcquired) {
+		rec.SecondHolder = faultrec.OverlapFound
 		t.Fatalf("TryAcquire by another client after the restart: %v, want ErrNotAcquired", err)
 	}
+	rec.SecondHolder = faultrec.OverlapNone
 	// Hold past a whole TTL after the crash: renewals made it through.
 	vu := held.ValidUntil()
 	for time.Since(killed) < ttl+ttl/2 {
@@ -78,6 +82,7 @@ func TestFaultServerKilledRestarted(t *testing.T) {
 	if !held.ValidUntil().After(vu) {
 		t.Fatalf("ValidUntil did not move after the restart: renewals failed")
 	}
+	rec.Outcome = faultrec.Kept
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +91,8 @@ func TestFaultServerKilledRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
+	rec.Fence = faultrec.FenceOf(uint64(held.Fence()), uint64(l.Fence()))
+	rec.Note = fmt.Sprintf("dynalite killed (SIGKILL) and restarted from its data dir, TTL %v: the lease kept renewing through the restart; another client was refused", ttl)
 	if l.Fence() <= held.Fence() {
 		t.Fatalf("fence %d after the restart, not above %d", l.Fence(), held.Fence())
 	}
@@ -97,6 +104,7 @@ func TestFaultServerKilledRestarted(t *testing.T) {
 // version for a full lease: the waiter's grant comes after it.
 func TestFaultServerUnreachable(t *testing.T) {
 	d := testserver.StartDynaliteProcess(t, nil)
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "dynamodb", Scenario: faultrec.PrimaryLost, Case: "the only server frozen"})
 	ctx := t.Context()
 	a := open(t, d.URL(), nil)
 	b := open(t, d.URL()+"&poll_interval=20ms", nil)
@@ -119,6 +127,7 @@ func TestFaultServerUnreachable(t *testing.T) {
 	if err := d.Proc.Pause(); err != nil {
 		t.Fatal(err)
 	}
+	pausedAt := time.Now()
 	paused := true
 	defer func() {
 		if paused {
@@ -138,15 +147,21 @@ func TestFaultServerUnreachable(t *testing.T) {
 	if !errors.Is(l.Err(), fencelock.ErrLeaseLost) {
 		t.Fatalf("lease Err = %v, want ErrLeaseLost", l.Err())
 	}
+	rec.Outcome = faultrec.Lost
 	if err := d.Proc.Resume(); err != nil {
 		t.Fatal(err)
 	}
+	resumedAfter := time.Since(pausedAt)
 	paused = false
 	r := <-got
 	if r.e != nil {
 		t.Fatalf("waiter: %v", r.e)
 	}
 	defer r.l.Release(ctx)
+	rec.WaitGranted, rec.WaitFrom = r.at.Sub(pausedAt), "SIGSTOP"
+	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(r.l.Fence()))
+	rec.SecondHolder = faultrec.OverlapOf(!r.at.After(lostAt) || !r.at.After(vu))
+	rec.Note = fmt.Sprintf("the only server frozen (SIGSTOP) mid-hold, TTL %v: the lease ended at its ValidUntil, %v after the freeze; the server resumed after %v and the waiter was granted after watching the version for a lease", ttl, lostAt.Sub(pausedAt).Round(time.Millisecond), resumedAfter.Round(time.Millisecond))
 	if !r.at.After(lostAt) || !r.at.After(vu) {
 		t.Fatalf("waiter granted at %v, before the holder's lease ended (%v, ValidUntil %v)", r.at.Format("15:04:05.000"), lostAt.Format("15:04:05.000"), vu.Format("15:04:05.000"))
 	}
@@ -193,6 +208,7 @@ func TestFaultHolderFrozen(t *testing.T) {
 		os.Exit(0)
 	}
 	d := testserver.StartDynalite(t)
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "dynamodb", Scenario: faultrec.HolderPaused, Case: "TTL 600ms"})
 	ctx := t.Context()
 	n := name(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestFaultHolderFrozen$", "-test.count=1")
@@ -238,6 +254,7 @@ func TestFaultHolderFrozen(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
+	rec.Note = "holder process frozen (SIGSTOP) for 2×TTL, waiter polling every 20ms: it took over after watching the version unchanged for a lease; the resumed holder's Extend and Release returned ErrLeaseLost; its fenced write was rejected"
 	w := open(t, d.URL()+"&poll_interval=20ms", nil)
 	start := time.Now()
 	l, err := w.Acquire(ctx, n, &fencelock.AcquireOptions{TTL: 10 * time.Second, Wait: 10 * time.Second})
@@ -246,6 +263,8 @@ func TestFaultHolderFrozen(t *testing.T) {
 	}
 	defer l.Release(ctx)
 	took := time.Since(start)
+	rec.WaitGranted, rec.WaitFrom = time.Since(stopped), "SIGSTOP"
+	rec.Fence = faultrec.FenceOf(childFence, uint64(l.Fence()))
 	if took < 600*time.Millisecond {
 		t.Fatalf("waiter took over %v after its first read, before the 600ms lease", took)
 	}
@@ -268,11 +287,117 @@ func TestFaultHolderFrozen(t *testing.T) {
 			t.Fatalf("resumed holder: %s did not report ErrLeaseLost", what)
 		}
 	}
-	if err := res.WriteClaimed(ctx, childFence, 1000); !errors.Is(err, guard.ErrStale) {
+	rec.Outcome = faultrec.Lost
+	err = res.WriteClaimed(ctx, childFence, 1000)
+	rec.SecondHolder = faultrec.OverlapOf(!errors.Is(err, guard.ErrStale))
+	if !errors.Is(err, guard.ErrStale) {
 		t.Fatalf("resumed holder's fenced write: %v, want guard.ErrStale", err)
 	}
 	if l.Err() != nil {
 		t.Fatalf("waiter's lease ended after the stale holder resumed: %v", l.Err())
 	}
 	t.Logf("holder fence %d frozen; waiter took over %v after its first read with fence %d", childFence, took.Round(time.Millisecond), l.Fence())
+}
+
+// TestFaultClientPartitioned: the holder's client cut off from DynamoDB (a
+// paused proxy in front of dynalite: connections stay open, no byte moves)
+// while another client waits. The holder's heartbeats cannot arrive: its
+// lease ends at its ValidUntil; the waiter, having watched the record
+// version unchanged for a lease duration, takes over after that, with a
+// higher fence; the stale holder's fenced write is rejected; after the
+// heal its Release is ErrLeaseLost and leaves the new holder's lock alone.
+func TestFaultClientPartitioned(t *testing.T) {
+	d := testserver.StartDynalite(t)
+	if d.Endpoint() == "" {
+		testserver.SkipExternal(t, "DYNAMODB_URL names an existing server: the test needs a proxy in front of its own")
+	}
+	proxy, err := testserver.NewEtcdProxy(strings.TrimPrefix(d.Endpoint(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	defer proxy.Resume()
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "dynamodb", Scenario: faultrec.ClientPartitioned})
+	ctx := t.Context()
+	const ttl = 800 * time.Millisecond
+	cut := open(t, strings.Replace(d.URL(), d.Endpoint(), "http://"+proxy.Addr(), 1), nil)
+	other := open(t, d.URL()+"&poll_interval=20ms", nil)
+	n := name(t)
+	l, err := cut.TryAcquire(ctx, n, &fencelock.AcquireOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res guard.Counter
+	v, err := res.Claim(ctx, uint64(l.Fence()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type grant struct {
+		l   *fencelock.Lease
+		err error
+		at  time.Time
+	}
+	got := make(chan grant, 1)
+	go func() {
+		l2, err := other.Acquire(ctx, n, &fencelock.AcquireOptions{TTL: 10 * time.Second, Wait: 20 * time.Second})
+		got <- grant{l2, err, time.Now()}
+	}()
+
+	proxy.Pause()
+	paused := time.Now()
+	select {
+	case <-l.Done():
+	case <-time.After(ttl + margin):
+		t.Fatalf("partitioned lease still held %v after the partition (TTL %v)", time.Since(paused), ttl)
+	}
+	lostAt := time.Now()
+	if !errors.Is(l.Err(), fencelock.ErrLeaseLost) {
+		t.Fatalf("partitioned lease Err = %v, want ErrLeaseLost", l.Err())
+	}
+	rec.Outcome = faultrec.Lost
+	var g grant
+	select {
+	case g = <-got:
+	case <-time.After(5*ttl + margin):
+		t.Fatalf("waiter not granted %v after the partition (TTL %v)", time.Since(paused), ttl)
+	}
+	if g.err != nil {
+		t.Fatalf("waiter: %v", g.err)
+	}
+	defer g.l.Release(ctx)
+	vu := l.ValidUntil()
+	rec.WaitGranted, rec.WaitFrom = g.at.Sub(paused), "partition"
+	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(g.l.Fence()))
+	rec.SecondHolder = faultrec.OverlapOf(!g.at.After(vu))
+	if !g.at.After(vu) {
+		t.Fatalf("waiter granted %v before the partitioned lease's ValidUntil: two holders", vu.Sub(g.at))
+	}
+	if g.l.Fence() <= l.Fence() {
+		t.Fatalf("waiter's fence %d not above the partitioned holder's %d", g.l.Fence(), l.Fence())
+	}
+	wv, err := res.Claim(ctx, uint64(g.l.Fence()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.WriteClaimed(ctx, uint64(g.l.Fence()), wv+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := res.WriteClaimed(ctx, uint64(l.Fence()), v+100); !errors.Is(err, guard.ErrStale) {
+		rec.SecondHolder = faultrec.OverlapFound
+		t.Fatalf("stale holder's write: %v, want guard.ErrStale", err)
+	}
+	rec.Note = fmt.Sprintf("holder behind a paused proxy, TTL %v, waiter polling every 20ms: the holder's lease ended locally %v after the cut; the waiter took over %v after the cut; the stale holder's fenced write was rejected",
+		ttl, lostAt.Sub(paused).Round(time.Millisecond), g.at.Sub(paused).Round(time.Millisecond))
+
+	proxy.Resume()
+	if err := l.Release(ctx); !errors.Is(err, fencelock.ErrLeaseLost) {
+		t.Fatalf("stale Release after the partition healed: %v, want ErrLeaseLost", err)
+	}
+	if _, err := cut.TryAcquire(ctx, n, nil); !errors.Is(err, fencelock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire after the stale Release: %v (the stale holder freed the new holder's lock?)", err)
+	}
+	if g.l.Err() != nil {
+		t.Fatalf("new holder's lease ended: %v", g.l.Err())
+	}
+	t.Logf("%s", rec.Note)
 }

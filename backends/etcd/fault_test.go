@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/faultrec"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -67,6 +69,7 @@ type grant struct {
 // accepted: never two holders.
 func TestLeaderKillWhileHeldAndQueued(t *testing.T) {
 	cl := faultCluster(t)
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "etcd", Scenario: faultrec.PrimaryLost, Case: "leader killed, 3 members"})
 	ctx := t.Context()
 	url := cl.URL("fault")
 	raw := newClientv3(t, cl.Endpoints()...)
@@ -118,6 +121,8 @@ func TestLeaderKillWhileHeldAndQueued(t *testing.T) {
 		t.Fatalf("second waiter granted while the holder held the lock: %v", g.err)
 	default:
 	}
+	rec.Outcome = faultrec.Kept
+	released := time.Now()
 	if err := lh.Release(ctx); err != nil {
 		t.Fatalf("holder's Release after the election: %v", err)
 	}
@@ -128,6 +133,7 @@ func TestLeaderKillWhileHeldAndQueued(t *testing.T) {
 			t.Fatalf("waiter %d: %v", i+1, g.err)
 		}
 		if i == 0 {
+			rec.WaitGranted, rec.WaitFrom = time.Since(released), "release" // read when the grant is received
 			select {
 			case g := <-g2:
 				t.Fatalf("second waiter granted while the first held the lock (not FIFO or two holders): %v", g.err)
@@ -149,6 +155,12 @@ func TestLeaderKillWhileHeldAndQueued(t *testing.T) {
 	if got, _ := res.Read(ctx); got != 3 {
 		t.Fatalf("counter %d after three guarded increments, want 3", got)
 	}
+	rec.Fence = faultrec.FenceOf(uint64(fences[0]), uint64(fences[1]))
+	if fences[2] <= fences[1] {
+		rec.Fence = faultrec.FenceRepeated
+	}
+	rec.SecondHolder = faultrec.OverlapNone // no early grant; every claim-first write accepted
+	rec.Note = fmt.Sprintf("raft leader killed (SIGKILL) with a holder and 2 queued waiters: new leader after %v; the holder kept its lease and its guarded write; the waiters were granted in queue order after its release", elected.Round(time.Millisecond))
 	t.Logf("leader %s killed; new leader after %v; fences across the election %v", leader.Name, elected.Round(time.Millisecond), fences)
 }
 
@@ -277,6 +289,7 @@ func TestPartitionedClientLosesLease(t *testing.T) {
 	if srv.External {
 		testserver.SkipExternal(t, "ETCD_URL names an external server")
 	}
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "etcd", Scenario: faultrec.ClientPartitioned})
 	ctx := t.Context()
 	proxy, err := testserver.NewEtcdProxy(srv.Endpoints()[0])
 	if err != nil {
@@ -319,6 +332,7 @@ func TestPartitionedClientLosesLease(t *testing.T) {
 	if !errors.Is(lp.Err(), fencelock.ErrLeaseLost) {
 		t.Fatalf("partitioned holder's Err = %v, want ErrLeaseLost", lp.Err())
 	}
+	rec.Outcome = faultrec.Lost
 	if lostAfter > ttl+time.Second {
 		t.Errorf("partitioned holder learnt of the loss %v after the partition, TTL %v", lostAfter, ttl)
 	}
@@ -327,6 +341,9 @@ func TestPartitionedClientLosesLease(t *testing.T) {
 		t.Fatalf("waiter: %v", g.err)
 	}
 	defer g.l.Release(ctx)
+	rec.WaitGranted, rec.WaitFrom = grantedAt.Sub(paused), "partition"
+	rec.Fence = faultrec.FenceOf(uint64(lp.Fence()), uint64(g.l.Fence()))
+	rec.SecondHolder = faultrec.OverlapOf(!grantedAt.After(lp.ValidUntil()))
 	if vu := lp.ValidUntil(); !grantedAt.After(vu) {
 		t.Fatalf("waiter granted %v before the partitioned holder's lease ran out: two holders", vu.Sub(grantedAt))
 	}
@@ -342,8 +359,10 @@ func TestPartitionedClientLosesLease(t *testing.T) {
 	}
 	// The partitioned holder wakes up and writes anyway: refused.
 	if err := res.WriteClaimed(ctx, uint64(lp.Fence()), v+100); !errors.Is(err, guard.ErrStale) {
+		rec.SecondHolder = faultrec.OverlapFound
 		t.Fatalf("stale holder's write: %v, want guard.ErrStale", err)
 	}
+	rec.Note = fmt.Sprintf("holder behind a paused proxy, TTL %v: its lease ended locally %v after the cut, before etcd expired it; its fenced write was rejected", ttl, lostAfter.Round(time.Millisecond))
 	proxy.Resume()
 	if err := lp.Release(ctx); !errors.Is(err, fencelock.ErrLeaseLost) {
 		t.Fatalf("stale holder's Release: %v, want ErrLeaseLost", err)

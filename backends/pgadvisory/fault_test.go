@@ -3,6 +3,8 @@ package pgadvisory_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"testing"
 	"time"
 
@@ -11,6 +13,8 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/pgadvisory"
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/faultrec"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -106,6 +110,7 @@ func acquireAsync(ctx context.Context, c *fencelock.Client, name string, o *fenc
 // the server is granted with a higher fence.
 func TestTerminatedHolder(t *testing.T) {
 	e := newEnv(t)
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "pgadvisory", Scenario: faultrec.HolderCrashed, Case: "session killed"})
 	a, b := e.client(""), e.client("")
 	name := e.name()
 	key := pgadvisory.Key(name)
@@ -132,11 +137,15 @@ func TestTerminatedHolder(t *testing.T) {
 	if !errors.Is(l1.Err(), fencelock.ErrLeaseLost) {
 		t.Fatalf("Err = %v, want ErrLeaseLost", l1.Err())
 	}
+	rec.Outcome = faultrec.Lost
 	r := <-got
 	if r.err != nil {
 		t.Fatalf("waiter: %v", r.err)
 	}
 	defer r.l.Release(e.ctx)
+	rec.WaitGranted, rec.WaitFrom = r.at.Sub(killed), "pg_terminate_backend"
+	rec.Fence = faultrec.FenceOf(uint64(l1.Fence()), uint64(r.l.Fence()))
+	rec.Note = fmt.Sprintf("the holder's server session killed (pg_terminate_backend), TTL 30s: the lease reported lost %v after, the waiter queued in the server granted at once", lostAfter.Round(time.Millisecond))
 	if r.l.Fence() <= l1.Fence() {
 		t.Fatalf("waiter's fence %d not above the killed holder's %d", r.l.Fence(), l1.Fence())
 	}
@@ -254,6 +263,12 @@ func TestFenceSurvivesServerCrash(t *testing.T) {
 		if !flush {
 			t.Logf("fence_flush=false: %d of 3 crashes handed out a fence that was not higher", repeated)
 		}
+		r := faultrec.Result{Backend: "pgadvisory", Scenario: faultrec.ServerRestarted, Case: fmt.Sprintf("fence_flush=%v", flush), Outcome: faultrec.Lost, Fence: faultrec.FenceIncreased}
+		r.Note = fmt.Sprintf("fence_flush=%v: server killed (SIGKILL) 3 times and restarted cleanly once, a lease held each time: every lease reported lost; %d of 3 crashes handed out a fence that was not higher", flush, repeated)
+		if repeated > 0 {
+			r.Fence = faultrec.FenceRepeated
+		}
+		faultrec.Record(t, r)
 	}
 }
 
@@ -432,4 +447,101 @@ func TestCancelEarly(t *testing.T) {
 		}
 	}
 	e.waitFor(time.Second, "no waiter left in the queue", func() (bool, error) { n, err := e.waiters(key); return n == 0, err })
+}
+
+// TestFaultClientPartitioned: the holder's client cut off from the server
+// (a paused proxy: connections stay open, no byte moves) while another
+// client waits in the server's queue. The holder's renewals cannot arrive:
+// its lease ends at its ValidUntil; the server, seeing the holder's
+// transaction idle past the TTL, ends its session, which frees the lock,
+// and the waiter is granted after the holder's lease ended, with a higher
+// fence; the stale holder's fenced write is rejected; after the heal its
+// Release is ErrLeaseLost.
+func TestFaultClientPartitioned(t *testing.T) {
+	e := newEnv(t)
+	u, err := url.Parse(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := testserver.NewEtcdProxy(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	defer proxy.Resume()
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "pgadvisory", Scenario: faultrec.ClientPartitioned})
+	u.Host = proxy.Addr()
+	cut := newEnvURL(t, u.String()).client("")
+	other := e.client("")
+	name := e.name()
+	const ttl = time.Second
+	l, err := cut.TryAcquire(e.ctx, name, opts(ttl, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res guard.Counter
+	v, err := res.Claim(e.ctx, uint64(l.Fence()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(e.ctx, other, name, opts(30*time.Second, true))
+	e.waitFor(5*time.Second, "waiter queued in the server", func() (bool, error) { n, err := e.waiters(pgadvisory.Key(name)); return n == 1, err })
+
+	proxy.Pause()
+	paused := time.Now()
+	select {
+	case <-l.Done():
+	case <-time.After(ttl + time.Second):
+		t.Fatalf("partitioned lease still held %v after the partition (TTL %v)", time.Since(paused), ttl)
+	}
+	lostAt := time.Now()
+	if !errors.Is(l.Err(), fencelock.ErrLeaseLost) {
+		t.Fatalf("partitioned lease Err = %v, want ErrLeaseLost", l.Err())
+	}
+	rec.Outcome = faultrec.Lost
+	var r acquired
+	select {
+	case r = <-got:
+	case <-time.After(5 * ttl):
+		t.Fatalf("waiter not granted %v after the partition (TTL %v)", time.Since(paused), ttl)
+	}
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	defer r.l.Release(e.ctx)
+	vu := l.ValidUntil()
+	rec.WaitGranted, rec.WaitFrom = r.at.Sub(paused), "partition"
+	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(r.l.Fence()))
+	rec.SecondHolder = faultrec.OverlapOf(!r.at.After(vu))
+	if !r.at.After(vu) {
+		t.Fatalf("waiter granted %v before the partitioned lease's ValidUntil: two holders", vu.Sub(r.at))
+	}
+	if r.l.Fence() <= l.Fence() {
+		t.Fatalf("waiter's fence %d not above the partitioned holder's %d", r.l.Fence(), l.Fence())
+	}
+	wv, err := res.Claim(e.ctx, uint64(r.l.Fence()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.WriteClaimed(e.ctx, uint64(r.l.Fence()), wv+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := res.WriteClaimed(e.ctx, uint64(l.Fence()), v+100); !errors.Is(err, guard.ErrStale) {
+		rec.SecondHolder = faultrec.OverlapFound
+		t.Fatalf("stale holder's write: %v, want guard.ErrStale", err)
+	}
+	rec.Note = fmt.Sprintf("holder behind a paused proxy, TTL %v: its lease ended locally %v after the cut; the server ended the idle holder's session and the queued waiter was granted %v after the cut; the stale holder's fenced write was rejected",
+		ttl, lostAt.Sub(paused).Round(time.Millisecond), r.at.Sub(paused).Round(time.Millisecond))
+
+	proxy.Resume()
+	if err := l.Release(e.ctx); !errors.Is(err, fencelock.ErrLeaseLost) {
+		t.Fatalf("stale Release after the partition healed: %v, want ErrLeaseLost", err)
+	}
+	if _, err := other.TryAcquire(e.ctx, name, nil); !errors.Is(err, fencelock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire after the stale Release: %v (the new holder's lock is gone?)", err)
+	}
+	if r.l.Err() != nil {
+		t.Fatalf("new holder's lease ended: %v", r.l.Err())
+	}
+	t.Logf("%s", rec.Note)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/redis"
 	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/internal/faultrec"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -91,6 +92,7 @@ func TestFaultClusterFailover(t *testing.T) {
 	if len(cl.Nodes) == 0 {
 		testserver.SkipExternal(t, "existing cluster (REDIS_CLUSTER_URL): no fault controls")
 	}
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "redis", Scenario: faultrec.PrimaryLost, Case: "cluster failover"})
 	ctx := t.Context()
 	c := open(t, cl.URL(), nil, nil)
 	rc := native(t, c)
@@ -186,6 +188,10 @@ func TestFaultClusterFailover(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	defer l.Release(ctx)
+	rec.Outcome = faultrec.Granted
+	rec.WaitGranted, rec.WaitFrom = time.Since(killed), "SIGKILL"
+	rec.Fence = faultrec.FenceOf(uint64(last), uint64(l.Fence()))
+	rec.Note = fmt.Sprintf("Redis Cluster, the slot's primary killed while its replica lagged 3 grants behind: the replica was promoted %v after the kill with a stale fence counter; the time floor kept the next fence above every earlier one", promoted.Round(time.Millisecond))
 	if l.Fence() <= last {
 		t.Fatalf("fence %d after failover, not above the last %d (stale counter %d)", l.Fence(), last, staleFence)
 	}

@@ -3,12 +3,15 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/faultrec"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -20,6 +23,7 @@ const margin = 500 * time.Millisecond
 // deadline, and acquires end with the caller's ctx error or ErrUnavailable
 // instead of hanging; attempts abandoned meanwhile grant nothing later.
 func TestFaultServerPaused(t *testing.T) {
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "redis", Scenario: faultrec.PrimaryLost, Case: "the only server frozen"})
 	r := testserver.StartRedisProcess(t)
 	ctx := t.Context()
 	c := open(t, r.URL(), nil, nil)
@@ -59,6 +63,7 @@ func TestFaultServerPaused(t *testing.T) {
 	if !errors.Is(l.Err(), fencelock.ErrLeaseLost) {
 		t.Fatalf("lease Err = %v, want ErrLeaseLost", l.Err())
 	}
+	rec.Outcome = faultrec.Lost
 
 	// TryAcquire bounded by ctx: the ctx error, then the abandon of the
 	// attempt (bounded by the TTL) fails too: ErrIndeterminate.
@@ -105,14 +110,17 @@ func TestFaultServerPaused(t *testing.T) {
 	// order with their abandons; none may leave a lock held.
 	resume()
 	rc := native(t, c)
+	stray := false
 	for _, k := range []string{n + "-try", n + "-acq", n + "-short"} {
 		if err := rc.Ping(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if v, err := rc.Get(ctx, k).Result(); !errors.Is(err, goredis.Nil) {
+			stray = true
 			t.Errorf("after thaw, %s holds %q (%v): an abandoned attempt granted a lock", k, v, err)
 		}
 	}
+	rec.SecondHolder = faultrec.OverlapOf(stray)
 	if !errors.Is(l.Release(ctx), fencelock.ErrLeaseLost) {
 		t.Errorf("Release of the lost lease: want ErrLeaseLost")
 	}
@@ -121,6 +129,9 @@ func TestFaultServerPaused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l2.Release(ctx)
+	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(l2.Fence()))
+	rec.Note = fmt.Sprintf("the only server frozen (SIGSTOP): the lease ended %v after the freeze, at its ValidUntil; acquires failed with the ctx error or ErrUnavailable (%v without a deadline); none left a lock after the thaw",
+		lostAt.Sub(paused).Round(time.Millisecond), took.Round(time.Millisecond))
 	if l2.Fence() <= l.Fence() {
 		t.Fatalf("fence %d after the freeze, not above %d", l2.Fence(), l.Fence())
 	}
@@ -130,6 +141,7 @@ func TestFaultServerPaused(t *testing.T) {
 // The lease held across the crash reports itself lost, and the next fence
 // is still above every earlier one although the counter is gone.
 func TestFaultRestartEmpty(t *testing.T) {
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "redis", Scenario: faultrec.ServerRestarted, Case: "restarted empty"})
 	r := testserver.StartRedisProcess(t)
 	ctx := t.Context()
 	c := open(t, r.URL(), nil, nil)
@@ -171,16 +183,124 @@ func TestFaultRestartEmpty(t *testing.T) {
 	case <-time.After(900*time.Millisecond + margin):
 		t.Fatalf("lease held across a restart that lost it not reported lost after %v", time.Since(killed))
 	}
+	lostAfter := time.Since(killed)
 	if !errors.Is(held.Err(), fencelock.ErrLeaseLost) {
 		t.Fatalf("lease Err = %v, want ErrLeaseLost", held.Err())
 	}
+	rec.Outcome = faultrec.Lost
 	l, err := c.Acquire(ctx, n, &fencelock.AcquireOptions{Wait: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
+	rec.WaitGranted, rec.WaitFrom = time.Since(killed), "SIGKILL"
+	rec.Fence = faultrec.FenceOf(uint64(last), uint64(l.Fence()))
+	rec.Note = fmt.Sprintf("killed and restarted empty (no persistence): the held lease was reported lost %v after the kill (next renewal); the fence counter was gone, the time floor kept fences rising", lostAfter.Round(time.Millisecond))
 	if l.Fence() <= last {
 		t.Fatalf("fence %d after an empty restart, not above the earlier %d (a bare counter would restart at 1)", l.Fence(), last)
 	}
 	t.Logf("last fence before the crash %d, first after the empty restart %d (+%v)", last, l.Fence(), time.Duration(l.Fence()-last)*time.Microsecond)
+}
+
+// TestFaultClientPartitioned: the holder's client cut off from the server
+// (a paused proxy: connections stay open, no byte moves) while another
+// client waits. The holder's renewals cannot arrive: its lease ends at its
+// ValidUntil; the server expires the key after the TTL and the waiter is
+// granted, after the holder's lease ended, with a higher fence; the stale
+// holder's fenced write is rejected; after the heal its Release is
+// ErrLeaseLost and leaves the new holder's lock alone.
+func TestFaultClientPartitioned(t *testing.T) {
+	r := testserver.StartRedis(t)
+	if r.Addr() == "" {
+		testserver.SkipExternal(t, "REDIS_URL names an existing server: the test needs a proxy in front of its own")
+	}
+	proxy, err := testserver.NewEtcdProxy(r.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	defer proxy.Resume()
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "redis", Scenario: faultrec.ClientPartitioned})
+	ctx := t.Context()
+	const ttl = time.Second
+	cut := open(t, "redis://"+proxy.Addr()+"/0", nil, nil)
+	other := open(t, r.URL(), nil, nil)
+	n := name(t)
+	l, err := cut.TryAcquire(ctx, n, &fencelock.AcquireOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res guard.Counter
+	v, err := res.Claim(ctx, uint64(l.Fence()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type grant struct {
+		l   *fencelock.Lease
+		err error
+		at  time.Time
+	}
+	got := make(chan grant, 1)
+	go func() {
+		l2, err := other.Acquire(ctx, n, &fencelock.AcquireOptions{TTL: 30 * time.Second, Wait: 30 * time.Second})
+		got <- grant{l2, err, time.Now()}
+	}()
+
+	proxy.Pause()
+	paused := time.Now()
+	select {
+	case <-l.Done():
+	case <-time.After(ttl + margin):
+		t.Fatalf("partitioned lease still held %v after the partition (TTL %v)", time.Since(paused), ttl)
+	}
+	lostAt := time.Now()
+	if !errors.Is(l.Err(), fencelock.ErrLeaseLost) {
+		t.Fatalf("partitioned lease Err = %v, want ErrLeaseLost", l.Err())
+	}
+	rec.Outcome = faultrec.Lost
+	var g grant
+	select {
+	case g = <-got:
+	case <-time.After(3*ttl + margin):
+		t.Fatalf("waiter not granted %v after the partition (TTL %v)", time.Since(paused), ttl)
+	}
+	if g.err != nil {
+		t.Fatalf("waiter: %v", g.err)
+	}
+	defer g.l.Release(ctx)
+	vu := l.ValidUntil()
+	rec.WaitGranted, rec.WaitFrom = g.at.Sub(paused), "partition"
+	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(g.l.Fence()))
+	rec.SecondHolder = faultrec.OverlapOf(!g.at.After(vu))
+	if !g.at.After(vu) {
+		t.Fatalf("waiter granted %v before the partitioned lease's ValidUntil: two holders", vu.Sub(g.at))
+	}
+	if g.l.Fence() <= l.Fence() {
+		t.Fatalf("waiter's fence %d not above the partitioned holder's %d", g.l.Fence(), l.Fence())
+	}
+	wv, err := res.Claim(ctx, uint64(g.l.Fence()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.WriteClaimed(ctx, uint64(g.l.Fence()), wv+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := res.WriteClaimed(ctx, uint64(l.Fence()), v+100); !errors.Is(err, guard.ErrStale) {
+		rec.SecondHolder = faultrec.OverlapFound
+		t.Fatalf("stale holder's write: %v, want guard.ErrStale", err)
+	}
+	rec.Note = fmt.Sprintf("holder behind a paused proxy, TTL %v: its lease ended locally %v after the cut; the server expired the key and the waiter was granted %v after the cut; the stale holder's fenced write was rejected",
+		ttl, lostAt.Sub(paused).Round(time.Millisecond), g.at.Sub(paused).Round(time.Millisecond))
+
+	proxy.Resume()
+	if err := l.Release(ctx); !errors.Is(err, fencelock.ErrLeaseLost) {
+		t.Fatalf("stale Release after the partition healed: %v, want ErrLeaseLost", err)
+	}
+	if _, err := cut.TryAcquire(ctx, n, nil); !errors.Is(err, fencelock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire after the stale Release: %v (the stale holder freed the new holder's lock?)", err)
+	}
+	if g.l.Err() != nil {
+		t.Fatalf("new holder's lease ended: %v", g.l.Err())
+	}
+	t.Logf("%s", rec.Note)
 }

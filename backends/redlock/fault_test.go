@@ -3,11 +3,15 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/redlock"
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/faultrec"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -53,6 +57,7 @@ func count(vs []string, want string) int {
 // TestFaultTwoOfFiveKilled: with any 2 of 5 primaries dead, acquire,
 // extend, release and hand-off keep working, and fences keep increasing.
 func TestFaultTwoOfFiveKilled(t *testing.T) {
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "redlock", Scenario: faultrec.PrimaryLost, Case: "2 of 5 killed"})
 	m := nodes(t, 5, nil)
 	ctx := t.Context()
 	a, b := open(t, m.URL(), nil), open(t, m.URL(), nil)
@@ -87,6 +92,7 @@ func TestFaultTwoOfFiveKilled(t *testing.T) {
 	if err := l.Extend(ctx, 2*time.Second); err != nil {
 		t.Fatalf("Extend with 2 of 5 primaries dead: %v", err)
 	}
+	rec.Outcome = faultrec.Kept
 	// Hand-off: b blocks, a releases, b gets it with a higher fence.
 	got := make(chan *fencelock.Lease, 1)
 	errc := make(chan error, 1)
@@ -105,7 +111,12 @@ func TestFaultTwoOfFiveKilled(t *testing.T) {
 	}
 	select {
 	case l2 := <-got:
-		t.Logf("hand-off with 2 of 5 primaries dead took %v", time.Since(released).Round(time.Microsecond))
+		took := time.Since(released)
+		t.Logf("hand-off with 2 of 5 primaries dead took %v", took.Round(time.Microsecond))
+		rec.WaitGranted, rec.WaitFrom = took, "release"
+		rec.Fence = faultrec.FenceOf(uint64(last), uint64(l2.Fence()))
+		rec.SecondHolder = faultrec.OverlapNone // b's TryAcquire was refused while a held
+		rec.Note = "2 of 5 primaries killed (SIGKILL) while a lease was held: TryAcquire, Extend, Release and hand-off kept working; another client was refused while held"
 		if l2.Fence() <= last {
 			t.Fatalf("fence after hand-off %d not above %d", l2.Fence(), last)
 		}
@@ -117,6 +128,7 @@ func TestFaultTwoOfFiveKilled(t *testing.T) {
 	}
 	// The dead primaries come back empty; everything still works and the
 	// fences still rise.
+	rr := faultrec.Begin(t, faultrec.Result{Backend: "redlock", Scenario: faultrec.ServerRestarted, Case: "2 of 5 back empty", Outcome: faultrec.Granted})
 	for _, i := range []int{1, 3} {
 		if err := m.Start(ctx, i); err != nil {
 			t.Fatal(err)
@@ -126,6 +138,8 @@ func TestFaultTwoOfFiveKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rr.Fence = faultrec.FenceOf(uint64(last), uint64(l3.Fence()))
+	rr.Note = "2 of 5 primaries restarted empty: the next grant's fence was still higher (the surviving majority and the time floor)"
 	if l3.Fence() <= last {
 		t.Fatalf("fence after restart %d not above %d", l3.Fence(), last)
 	}
@@ -138,6 +152,7 @@ func TestFaultTwoOfFiveKilled(t *testing.T) {
 // with ErrUnavailable (not a hang, not ErrNotAcquired), and nothing is
 // left held on the two survivors.
 func TestFaultThreeOfFiveKilled(t *testing.T) {
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "redlock", Scenario: faultrec.PrimaryLost, Case: "3 of 5 killed"})
 	m := nodes(t, 5, nil)
 	ctx := t.Context()
 	c := open(t, m.URL(), nil)
@@ -163,11 +178,18 @@ func TestFaultThreeOfFiveKilled(t *testing.T) {
 		t.Fatalf("failing with 3 of 5 primaries dead took %v, want fast (connections are refused)", took)
 	}
 	t.Logf("3 of 5 dead: refused after %v: %v", took.Round(time.Microsecond), err)
+	rec.Outcome = faultrec.Refused
+	rec.Note = fmt.Sprintf("3 of 5 primaries killed: TryAcquire and Acquire failed with ErrUnavailable within %v", took.Round(time.Millisecond))
 	redlock.Idle(c)
+	left := false
 	for i, v := range holders(ctx, m, n) {
 		if i%2 == 1 && v != "" {
-			t.Fatalf("survivor %d holds %q after the failed attempts", i, v)
+			left = true
+			t.Errorf("survivor %d holds %q after the failed attempts", i, v)
 		}
+	}
+	if !left {
+		rec.Note += "; nothing left held on the survivors"
 	}
 }
 
@@ -176,6 +198,7 @@ func TestFaultThreeOfFiveKilled(t *testing.T) {
 // else is granted the lock meanwhile, the attempts that queued up on the
 // frozen primary grant nothing when it thaws, and the next fence is higher.
 func TestFaultPrimaryPaused(t *testing.T) {
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "redlock", Scenario: faultrec.PrimaryLost, Case: "1 of 5 frozen"})
 	m := nodes(t, 5, nil)
 	ctx := t.Context()
 	a, b := open(t, m.URL(), nil), open(t, m.URL(), nil)
@@ -217,6 +240,9 @@ func TestFaultPrimaryPaused(t *testing.T) {
 	if l.Err() != nil {
 		t.Fatalf("lease lost with one primary of five frozen: %v", l.Err())
 	}
+	rec.Outcome = faultrec.Kept
+	rec.SecondHolder = faultrec.OverlapNone // every attempt by b was refused
+	rec.Note = fmt.Sprintf("1 of 5 primaries frozen (SIGSTOP) for 1.5×TTL: the lease kept renewing on the other four; %d attempts by another client were refused, each quickly", tries)
 	resume()
 	redlock.Idle(b)
 	if err := pingAll(ctx, m); err != nil {
@@ -251,6 +277,7 @@ func TestFaultPrimaryPaused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l2.Release(ctx)
+	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(l2.Fence()))
 	if l2.Fence() <= l.Fence() {
 		t.Fatalf("fence %d after the freeze, not above %d", l2.Fence(), l.Fence())
 	}
@@ -416,4 +443,116 @@ func TestReleaseNeverTouchesAnotherHolder(t *testing.T) {
 	if vs[0] != "other-owner" || vs[1] != "other-owner" || vs[2] != "" {
 		t.Fatalf("lock key per primary after the stale Release: %q", vs)
 	}
+}
+
+// TestFaultClientPartitioned: the holder's client cut off from every
+// primary (a paused proxy in front of each: connections stay open, no byte
+// moves) while another client waits. The holder's renewals cannot arrive:
+// its lease ends at its ValidUntil; the primaries expire its keys and the
+// waiter is granted, after the holder's lease ended, with a higher fence;
+// the stale holder's fenced write is rejected; after the heal its Release
+// is ErrLeaseLost and leaves the new holder's lock alone.
+func TestFaultClientPartitioned(t *testing.T) {
+	m := nodes(t, 5, nil)
+	var addrs []string
+	var proxies []*testserver.EtcdProxy
+	for _, a := range m.Addrs() {
+		p, err := testserver.NewEtcdProxy(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		defer p.Resume()
+		addrs = append(addrs, p.Addr())
+		proxies = append(proxies, p)
+	}
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "redlock", Scenario: faultrec.ClientPartitioned})
+	ctx := t.Context()
+	const ttl = time.Second
+	cut := open(t, "redlock://"+strings.Join(addrs, ","), nil)
+	other := open(t, m.URL(), nil)
+	n := name(t)
+	l, err := cut.TryAcquire(ctx, n, &fencelock.AcquireOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redlock.Idle(cut) // every primary has answered the acquire
+	var res guard.Counter
+	v, err := res.Claim(ctx, uint64(l.Fence()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type grant struct {
+		l   *fencelock.Lease
+		err error
+		at  time.Time
+	}
+	got := make(chan grant, 1)
+	go func() {
+		l2, err := other.Acquire(ctx, n, &fencelock.AcquireOptions{TTL: 30 * time.Second, Wait: 30 * time.Second})
+		got <- grant{l2, err, time.Now()}
+	}()
+
+	for _, p := range proxies {
+		p.Pause()
+	}
+	paused := time.Now()
+	select {
+	case <-l.Done():
+	case <-time.After(ttl + margin):
+		t.Fatalf("partitioned lease still held %v after the partition (TTL %v)", time.Since(paused), ttl)
+	}
+	lostAt := time.Now()
+	if !errors.Is(l.Err(), fencelock.ErrLeaseLost) {
+		t.Fatalf("partitioned lease Err = %v, want ErrLeaseLost", l.Err())
+	}
+	rec.Outcome = faultrec.Lost
+	var g grant
+	select {
+	case g = <-got:
+	case <-time.After(3*ttl + margin):
+		t.Fatalf("waiter not granted %v after the partition (TTL %v)", time.Since(paused), ttl)
+	}
+	if g.err != nil {
+		t.Fatalf("waiter: %v", g.err)
+	}
+	defer g.l.Release(ctx)
+	vu := l.ValidUntil()
+	rec.WaitGranted, rec.WaitFrom = g.at.Sub(paused), "partition"
+	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(g.l.Fence()))
+	rec.SecondHolder = faultrec.OverlapOf(!g.at.After(vu))
+	if !g.at.After(vu) {
+		t.Fatalf("waiter granted %v before the partitioned lease's ValidUntil: two holders", vu.Sub(g.at))
+	}
+	if g.l.Fence() <= l.Fence() {
+		t.Fatalf("waiter's fence %d not above the partitioned holder's %d", g.l.Fence(), l.Fence())
+	}
+	wv, err := res.Claim(ctx, uint64(g.l.Fence()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.WriteClaimed(ctx, uint64(g.l.Fence()), wv+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := res.WriteClaimed(ctx, uint64(l.Fence()), v+100); !errors.Is(err, guard.ErrStale) {
+		rec.SecondHolder = faultrec.OverlapFound
+		t.Fatalf("stale holder's write: %v, want guard.ErrStale", err)
+	}
+	rec.Note = fmt.Sprintf("holder cut off from all 5 primaries by paused proxies, TTL %v: its lease ended locally %v after the cut; the primaries expired its keys and the waiter was granted %v after the cut; the stale holder's fenced write was rejected",
+		ttl, lostAt.Sub(paused).Round(time.Millisecond), g.at.Sub(paused).Round(time.Millisecond))
+
+	for _, p := range proxies {
+		p.Resume()
+	}
+	if err := l.Release(ctx); !errors.Is(err, fencelock.ErrLeaseLost) {
+		t.Fatalf("stale Release after the partition healed: %v, want ErrLeaseLost", err)
+	}
+	redlock.Idle(cut)
+	if _, err := cut.TryAcquire(ctx, n, nil); !errors.Is(err, fencelock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire after the stale Release: %v (the stale holder freed the new holder's lock?)", err)
+	}
+	if g.l.Err() != nil {
+		t.Fatalf("new holder's lease ended: %v", g.l.Err())
+	}
+	t.Logf("%s", rec.Note)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/fencelock/fencelock/backends/redlock"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/faultrec"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -190,6 +192,8 @@ func TestFenceConcurrentGrantsDistinct(t *testing.T) {
 // then reports the loss and leaves the new holder's lock intact.
 func TestFaultRollingEmptyRestart(t *testing.T) {
 	m := nodes(t, 5, nil)
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "redlock", Scenario: faultrec.ServerRestarted, Case: "3 of 5 back empty, rolling, within the TTL", Outcome: faultrec.Kept, Fence: faultrec.FenceIncreased})
+	var notes []string
 	ctx := t.Context()
 	a, b := open(t, m.URL(), nil), open(t, m.URL(), nil)
 	n := name(t)
@@ -220,7 +224,11 @@ func TestFaultRollingEmptyRestart(t *testing.T) {
 			t.Fatalf("%v: the first lease ended (%v) before the overlap could be shown", mode, la.Err())
 		}
 		t.Logf("%v: restarts took %v; OVERLAP detected: lease A (fence %d) and lease B (fence %d) both held", mode, time.Since(start).Round(time.Millisecond), fa, lb.Fence())
+		rec.SecondHolder = faultrec.OverlapFound // both leases valid at once, by their holders' own clocks
 		fb := uint64(lb.Fence())
+		if faultrec.FenceOf(fa, fb) != faultrec.FenceIncreased {
+			rec.Fence = faultrec.FenceRepeated
+		}
 		if fb <= fa {
 			t.Fatalf("%v: second holder's fence %d not above the stale holder's %d after empty restarts", mode, fb, fa)
 		}
@@ -245,6 +253,12 @@ func TestFaultRollingEmptyRestart(t *testing.T) {
 			}
 		}
 		t.Logf("%v: stale write: %v; counter %d", mode, errA, final)
+		if errA == nil {
+			notes = append(notes, fmt.Sprintf("%v: the stale holder's write was accepted, counter %d after 2 increments", mode, final))
+		} else {
+			notes = append(notes, fmt.Sprintf("%v: the stale holder's write was rejected, counter %d (it retries: nothing lost)", mode, final))
+		}
+		rec.Note = "3 of 5 primaries restarted EMPTY within the TTL while a lease was held: a second client was granted while the first lease was still valid (two holders); the second fence was higher. " + strings.Join(notes, "; ")
 		if err := la.Release(ctx); !errors.Is(err, fencelock.ErrLeaseLost) {
 			t.Fatalf("%v: stale holder's Release: %v, want ErrLeaseLost", mode, err)
 		}
@@ -351,6 +365,9 @@ func TestFaultRollingRestartLostUpdates(t *testing.T) {
 	final, _ := res.Read(ctx)
 	t.Logf("claim-first through %d empty restarts: %d accepted, %d rejected, %d stalled, %d acquires unavailable, final %d",
 		restarts, accepted.Load(), rejected.Load(), stalled.Load(), unavailable.Load(), final)
+	faultrec.Record(t, faultrec.Result{Backend: "redlock", Scenario: faultrec.ServerRestarted, Case: "rolling empty restarts under load", Outcome: faultrec.Granted,
+		Note: fmt.Sprintf("4 workers, claim-first guarded counter, primaries restarted empty one after another every 250ms (TTL 300ms): %d restarts, %d writes accepted, %d stale writes rejected, %d updates lost",
+			restarts, accepted.Load(), rejected.Load(), accepted.Load()-final)})
 	if final != accepted.Load() {
 		t.Fatalf("claim-first lost %d updates through rolling empty restarts", accepted.Load()-final)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/backends/zookeeper"
+	"github.com/fencelock/fencelock/internal/faultrec"
 )
 
 // cutAfterCreate is a connection that, once armed, lets one create request
@@ -36,6 +37,7 @@ func (c *cutAfterCreate) Write(p []byte) (int, error) {
 // second one.
 func TestConnectionLossDuringCreate(t *testing.T) {
 	u := sharedURL(t)
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "zookeeper", Scenario: faultrec.ClientPartitioned, Case: "connection cut mid-create"})
 	ctx := t.Context()
 	var armed atomic.Bool
 	dial := func(network, addr string, timeout time.Duration) (net.Conn, error) {
@@ -76,6 +78,8 @@ func TestConnectionLossDuringCreate(t *testing.T) {
 	}
 	var node string
 	l.As(&node)
+	rec.Outcome = faultrec.Granted
+	rec.Note = "connection cut after a lock node's create was sent, before its reply: the client found its node by the protected prefix on reconnect; no duplicate node"
 	if len(kids) != 1 || kids[0] != path.Base(node) {
 		t.Fatalf("children %v after a create lost its reply; want only our node %s", kids, path.Base(node))
 	}

@@ -3,12 +3,14 @@ package zookeeper_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/faultrec"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -79,6 +81,7 @@ func TestFaultEnsembleLeaderKilled(t *testing.T) {
 		t.Skip("-short: starts 3 ZooKeeper servers")
 	}
 	z := testserver.StartZooKeeperEnsemble(t, 3)
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "zookeeper", Scenario: faultrec.PrimaryLost, Case: "leader killed, 3 servers"})
 	ctx := t.Context()
 	const ttl = 10 * time.Second // sessions outlive an election
 	holder, w1, w2 := open(t, z.URL(), nil), open(t, z.URL(), nil), open(t, z.URL(), nil)
@@ -111,7 +114,8 @@ func TestFaultEnsembleLeaderKilled(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Logf("node %d (leader) killed; new leader after %v", leader.ID, time.Since(killed).Round(time.Millisecond))
+	elected := time.Since(killed)
+	t.Logf("node %d (leader) killed; new leader after %v", leader.ID, elected.Round(time.Millisecond))
 	// The holder's session is alive: a renewal succeeds once its client is
 	// connected to a serving node again (it may have been on the dead one).
 	for {
@@ -127,13 +131,17 @@ func TestFaultEnsembleLeaderKilled(t *testing.T) {
 	if l0.Err() != nil {
 		t.Fatalf("holder's lease ended across the election: %v", l0.Err())
 	}
+	rec.Outcome = faultrec.Kept
 	notYet(t, g1, "first waiter while the holder holds")
 	notYet(t, g2, "second waiter while the holder holds")
 
+	released := time.Now()
 	if err := l0.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	r1 := await(t, g1, 10*time.Second, "first waiter after Release")
+	rec.WaitGranted, rec.WaitFrom = r1.at.Sub(released), "release"
+	rec.Fence = faultrec.FenceOf(uint64(l0.Fence()), uint64(r1.l.Fence()))
 	notYet(t, g2, "second waiter while the first holds")
 	if r1.l.Fence() <= l0.Fence() {
 		t.Fatalf("first waiter's fence %d not above the holder's %d", r1.l.Fence(), l0.Fence())
@@ -144,8 +152,11 @@ func TestFaultEnsembleLeaderKilled(t *testing.T) {
 	r2 := await(t, g2, 10*time.Second, "second waiter after the first released")
 	defer r2.l.Release(ctx)
 	if r2.l.Fence() <= r1.l.Fence() {
+		rec.Fence = faultrec.FenceRepeated
 		t.Fatalf("second waiter's fence %d not above the first's %d", r2.l.Fence(), r1.l.Fence())
 	}
+	rec.SecondHolder = faultrec.OverlapNone // no waiter granted before the one ahead released
+	rec.Note = fmt.Sprintf("ensemble leader killed (SIGKILL) with a holder and 2 queued waiters: new leader after %v; the holder's session moved and its lease survived; the waiters were granted in order after its release", elected.Round(time.Millisecond))
 }
 
 // TestFaultClientPartitioned: a holder cut off from ZooKeeper (a paused
@@ -164,6 +175,7 @@ func TestFaultClientPartitioned(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer proxy.Close()
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "zookeeper", Scenario: faultrec.ClientPartitioned})
 	ctx := t.Context()
 	const ttl = 2 * time.Second
 	cut := open(t, "zk://"+proxy.Addr()+root, nil)
@@ -188,8 +200,13 @@ func TestFaultClientPartitioned(t *testing.T) {
 	if !errors.Is(l.Err(), fencelock.ErrLeaseLost) {
 		t.Fatalf("partitioned lease Err = %v, want ErrLeaseLost", l.Err())
 	}
+	rec.Outcome = faultrec.Lost
 	r := await(t, g, 3*ttl, "waiter while the holder is partitioned")
 	defer r.l.Release(ctx)
+	rec.WaitGranted, rec.WaitFrom = r.at.Sub(paused), "partition"
+	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(r.l.Fence()))
+	rec.SecondHolder = faultrec.OverlapOf(!r.at.After(lostAt))
+	rec.Note = fmt.Sprintf("holder behind a paused proxy, session timeout %v: its lease ended locally %v after the cut, before the server expired the session", ttl, lostAt.Sub(paused).Round(time.Millisecond))
 	if !r.at.After(lostAt) {
 		t.Fatalf("waiter granted %v before the partitioned lease ended: two holders", lostAt.Sub(r.at))
 	}
@@ -264,6 +281,7 @@ func TestFaultOverlongLeaseEndsAtDisconnect(t *testing.T) {
 // (fsync on): the lease survives; fences keep increasing.
 func TestFaultStandaloneRestart(t *testing.T) {
 	z := testserver.StartZooKeeperProcess(t)
+	rec := faultrec.Begin(t, faultrec.Result{Backend: "zookeeper", Scenario: faultrec.ServerRestarted, Case: "standalone, from its data"})
 	ctx := t.Context()
 	c := open(t, z.URL(), nil)
 	n := name(t)
@@ -274,6 +292,7 @@ func TestFaultStandaloneRestart(t *testing.T) {
 	if err := z.Nodes[0].Proc.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	killed := time.Now()
 	if err := z.Nodes[0].Proc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -288,9 +307,13 @@ func TestFaultStandaloneRestart(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	renewed := time.Since(killed)
+	rec.Outcome = faultrec.Kept
 	if _, err := open(t, z.URL(), nil).TryAcquire(ctx, n, nil); !errors.Is(err, fencelock.ErrNotAcquired) {
+		rec.SecondHolder = faultrec.OverlapFound
 		t.Fatalf("TryAcquire after the restart: %v, want ErrNotAcquired (the lease survived)", err)
 	}
+	rec.SecondHolder = faultrec.OverlapNone
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -299,6 +322,8 @@ func TestFaultStandaloneRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l2.Release(ctx)
+	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(l2.Fence()))
+	rec.Note = fmt.Sprintf("standalone server killed (SIGKILL) and restarted from its data (fsync on) within the session timeout: the session and its lock node survived; the holder renewed %v after the kill; another client was refused", renewed.Round(time.Millisecond))
 	if l2.Fence() <= l.Fence() {
 		t.Fatalf("fence %d after the restart, not above %d", l2.Fence(), l.Fence())
 	}
