@@ -119,10 +119,10 @@ func TestCompareDocHasEveryBackendInEveryTable(t *testing.T) {
 func testCompareDoc(t *testing.T, peers *peersFile) *compareDoc {
 	failed := compareBackends[2].label
 	d := &compareDoc{cmd: "test", date: time.Now(), cfg: compareConfig{n: 100, handoffs: 100, dur: time.Second, studySections: 400, studyRuns: 1, studyRate: 0.05, held: 1000},
-		results: fakeResults(failed), faultsErr: errFake, peers: peers, peersErr: errFake}
+		results: fakeResults(failed), faults: renderFaultTable(nil), peers: peers, peersErr: errFake}
 	md := string(d.render())
 	ts := tables(md)
-	want := 5 // servers, guarantees, speed, cost, study
+	want := 6 // servers, guarantees, faults, speed, cost, study
 	if peers != nil {
 		want++
 	}

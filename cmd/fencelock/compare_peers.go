@@ -49,12 +49,12 @@ type peerMetric struct{ Median, Min, Max float64 }
 
 // peerStores maps compare's backend labels to bench-peers' store names.
 var peerStores = map[string]string{
-	"redis":                 "redis",
-	"redlock (5 primaries)": "redlock5",
-	"etcd":                  "etcd",
-	"zookeeper":             "zookeeper",
-	"pgadvisory":            "postgres",
-	"dynamodb (dynalite)":   "dynamodb",
+	"redis":      "redis",
+	"redlock":    "redlock5",
+	"etcd":       "etcd",
+	"zookeeper":  "zookeeper",
+	"pgadvisory": "postgres",
+	"dynamodb":   "dynamodb",
 }
 
 // readPeers reads the peer benchmark results.

@@ -41,7 +41,7 @@ var compareBackends = []struct {
 		}
 		return r.URL(), "redis-server " + version("redis-server", "--version", "v=") + ", default configuration", stop, nil
 	}},
-	{"redlock (5 primaries)", []string{"redlock"}, "N independent Redis primaries (5 is usual), no replication between them", 0, func(ctx context.Context, _ string) (string, string, func(), error) {
+	{"redlock", []string{"redlock"}, "N independent Redis primaries (5 is usual), no replication between them", 0, func(ctx context.Context, _ string) (string, string, func(), error) {
 		m, stop, err := testserver.NewRedisNodes(ctx, 5, nil)
 		if err != nil {
 			return "", "", nil, err
@@ -69,7 +69,7 @@ var compareBackends = []struct {
 		}
 		return p.URL(), "PostgreSQL " + version(filepath.Join(testserver.PostgresBinDir, "postgres"), "--version", "(PostgreSQL) ") + ", fsync on, synchronous_commit on", p.Cleanup, nil
 	}},
-	{"dynamodb (dynalite)", []string{"dynamodb"}, "a DynamoDB table (no server of your own)", 300, func(ctx context.Context, _ string) (string, string, func(), error) {
+	{"dynamodb", []string{"dynamodb"}, "a DynamoDB table (no server of your own)", 300, func(ctx context.Context, _ string) (string, string, func(), error) {
 		d, stop, err := testserver.NewDynalite(ctx)
 		if err != nil {
 			return "", "", nil, err

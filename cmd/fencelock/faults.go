@@ -67,8 +67,6 @@ var untested = map[string]map[faultrec.Scenario]string{
 // module root; servers are started by the tests themselves) and renders
 // the "What happens when things break" section. A failing fault test does
 // not fail the table: its cells say FAILED and the section lists it.
-//
-//lint:ignore U1000 runCompare calls it once wired in (remove this line then)
 func faultTable(ctx context.Context) (string, error) {
 	return faultSection(ctx, faultPackages, faultRun)
 }
