@@ -40,6 +40,7 @@ type backendResult struct {
 	study   *studyRun
 	hold    conformance.HoldManyResult
 	holdTTL time.Duration
+	holdErr error // the cost table's measure failed (the others may not have)
 	err     error
 }
 
@@ -139,17 +140,7 @@ func compareOne(ctx context.Context, tg target, all []target, cfg compareConfig)
 		return r
 	}
 	if cfg.held > 0 {
-		n := cfg.held
-		if tg.maxHeld > 0 {
-			n = min(n, tg.maxHeld)
-		}
-		// Three renewals each (at TTL/3, 2/3 and 1), then release between
-		// two bursts of renewals.
-		r.holdTTL = demoTTL(clients[0], 6*time.Second)
-		if r.hold, err = conformance.HoldMany(ctx, clients[0], "held", n, r.holdTTL, r.holdTTL+r.holdTTL/6); err != nil {
-			r.err = fmt.Errorf("holding %d leases: %w", n, err)
-			return r
-		}
+		r.hold, r.holdTTL, r.holdErr = compareHold(ctx, tg, cfg.held)
 	}
 	if cfg.studySections > 0 && cfg.studyRuns > 0 {
 		if r.study, err = compareStudy(ctx, clients, tg, all, cfg); err != nil {
@@ -190,4 +181,34 @@ func compareStudy(ctx context.Context, clients []*fencelock.Client, tg target, a
 	}
 	sr.resource = kind
 	return sr, nil
+}
+
+// compareHold measures one Client holding n leases (at most tg.maxHeld),
+// opened with tg.heldParams added to its URL (a pool large enough for
+// them, on Postgres).
+func compareHold(ctx context.Context, tg target, n int) (conformance.HoldManyResult, time.Duration, error) {
+	if tg.maxHeld > 0 {
+		n = min(n, tg.maxHeld)
+	}
+	url := tg.url
+	if tg.heldParams != "" {
+		sep := "?"
+		if strings.Contains(url, "?") {
+			sep = "&"
+		}
+		url += sep + tg.heldParams
+	}
+	cs, closeAll, err := openClients(ctx, url, "held", 1)
+	if err != nil {
+		return conformance.HoldManyResult{}, 0, err
+	}
+	defer closeAll()
+	// Three renewals each (at TTL/3, 2/3 and 1), then release between two
+	// bursts of renewals.
+	ttl := demoTTL(cs[0], 6*time.Second)
+	r, err := conformance.HoldMany(ctx, cs[0], "held", n, ttl, ttl+ttl/6)
+	if err != nil {
+		return r, ttl, fmt.Errorf("holding %d leases: %w", n, err)
+	}
+	return r, ttl, nil
 }

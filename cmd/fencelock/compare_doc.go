@@ -198,7 +198,11 @@ func (d *compareDoc) renderCost(b *bytes.Buffer) {
 			need = "—"
 		}
 		if r.hold.Leases == 0 {
-			rows = append(rows, []string{r.label, need, r.notMeasured(), "", "", ""})
+			why := r.notMeasured()
+			if r.holdErr != nil {
+				why = "not measured: " + strings.ReplaceAll(r.holdErr.Error(), "|", "/")
+			}
+			rows = append(rows, []string{r.label, need, why, "", "", ""})
 			continue
 		}
 		rows = append(rows, []string{r.label, need, fmt.Sprintf("%d, TTL %v", r.hold.Leases, r.holdTTL), fmt.Sprintf("+%d", r.hold.Goroutines), fmt.Sprintf("%.1f KB", float64(r.hold.HeapPerLease)/1024), fmt.Sprintf("%d", r.hold.Lost)})

@@ -17,6 +17,8 @@ type target struct {
 	url     string
 	server  string // what runs it, and how it is configured
 	maxHeld int    // most leases the cost table holds on it (0: no cap)
+	// heldParams are URL parameters for the cost table's Client.
+	heldParams string
 }
 
 // compareBackends are the backends `fencelock compare` measures, in
@@ -29,47 +31,49 @@ var compareBackends = []struct {
 	schemes []string
 	needs   string // infrastructure it needs in production
 	maxHeld int    // most leases the cost table holds on it (0: no cap)
-	start   func(ctx context.Context, dir string) (url, server string, stop func(), err error)
+	// heldParams are URL parameters for the cost table's Client.
+	heldParams string
+	start      func(ctx context.Context, dir string) (url, server string, stop func(), err error)
 }{
-	{"mem", []string{"mem", "memrpc"}, "nothing (one process)", 0, func(context.Context, string) (string, string, func(), error) {
+	{"mem", []string{"mem", "memrpc"}, "nothing (one process)", 0, "", func(context.Context, string) (string, string, func(), error) {
 		return "mem://compare", "in process", func() {}, nil
 	}},
-	{"redis", []string{"redis", "rediss"}, "one Redis (or a Redis Cluster); fences ride on its persistence", 0, func(ctx context.Context, _ string) (string, string, func(), error) {
+	{"redis", []string{"redis", "rediss"}, "one Redis (or a Redis Cluster); fences ride on its persistence", 0, "", func(ctx context.Context, _ string) (string, string, func(), error) {
 		r, stop, err := testserver.NewRedis(ctx)
 		if err != nil {
 			return "", "", nil, err
 		}
 		return r.URL(), "redis-server " + version("redis-server", "--version", "v=") + ", default configuration", stop, nil
 	}},
-	{"redlock", []string{"redlock"}, "N independent Redis primaries (5 is usual), no replication between them", 0, func(ctx context.Context, _ string) (string, string, func(), error) {
+	{"redlock", []string{"redlock"}, "N independent Redis primaries (5 is usual), no replication between them", 0, "", func(ctx context.Context, _ string) (string, string, func(), error) {
 		m, stop, err := testserver.NewRedisNodes(ctx, 5, nil)
 		if err != nil {
 			return "", "", nil, err
 		}
 		return m.URL(), "5 × redis-server " + version("redis-server", "--version", "v=") + ", independent primaries", stop, nil
 	}},
-	{"etcd", []string{"etcd"}, "an etcd cluster (3 or 5 members for availability)", 0, func(ctx context.Context, dir string) (string, string, func(), error) {
+	{"etcd", []string{"etcd"}, "an etcd cluster (3 or 5 members for availability)", 0, "", func(ctx context.Context, dir string) (string, string, func(), error) {
 		e, err := testserver.NewStockEtcd(ctx, filepath.Join(dir, "etcd"))
 		if err != nil {
 			return "", "", nil, err
 		}
 		return e.URL(""), "etcd " + version("etcd", "--version", "etcd Version: ") + " (Debian), default timing, fsync on, 1 member", func() { _ = e.Kill() }, nil
 	}},
-	{"zookeeper", []string{"zk"}, "a ZooKeeper ensemble (3 or 5)", 0, func(ctx context.Context, _ string) (string, string, func(), error) {
+	{"zookeeper", []string{"zk"}, "a ZooKeeper ensemble (3 or 5)", 0, "", func(ctx context.Context, _ string) (string, string, func(), error) {
 		z, err := testserver.NewZooKeeper(ctx, 1)
 		if err != nil {
 			return "", "", nil, err
 		}
 		return z.URL(), "ZooKeeper " + zkVersion() + " (Debian), standalone, default tickTime, fsync on", z.Cleanup, nil
 	}},
-	{"pgadvisory", []string{"postgres", "postgresql"}, "one PostgreSQL primary; a pool connection per held lease and per waiter", 100, func(ctx context.Context, _ string) (string, string, func(), error) {
+	{"pgadvisory", []string{"postgres", "postgresql"}, "one PostgreSQL primary; a pool connection per held lease and per waiter", 100, "pool_max_conns=110", func(ctx context.Context, _ string) (string, string, func(), error) {
 		p, err := testserver.NewPostgres(ctx, "-c", "fsync=on", "-c", "full_page_writes=on", "-c", "synchronous_commit=on")
 		if err != nil {
 			return "", "", nil, err
 		}
 		return p.URL(), "PostgreSQL " + version(filepath.Join(testserver.PostgresBinDir, "postgres"), "--version", "(PostgreSQL) ") + ", fsync on, synchronous_commit on", p.Cleanup, nil
 	}},
-	{"dynamodb", []string{"dynamodb"}, "a DynamoDB table (no server of your own)", 300, func(ctx context.Context, _ string) (string, string, func(), error) {
+	{"dynamodb", []string{"dynamodb"}, "a DynamoDB table (no server of your own)", 300, "", func(ctx context.Context, _ string) (string, string, func(), error) {
 		d, stop, err := testserver.NewDynalite(ctx)
 		if err != nil {
 			return "", "", nil, err
@@ -110,7 +114,7 @@ func compareTargets(ctx context.Context, urls []string) ([]target, func(), error
 			continue
 		}
 		cleanups = append(cleanups, stop)
-		ts = append(ts, target{label: b.label, url: url, server: server, maxHeld: b.maxHeld})
+		ts = append(ts, target{label: b.label, url: url, server: server, maxHeld: b.maxHeld, heldParams: b.heldParams})
 	}
 	return ts, cleanup, nil
 }
