@@ -208,7 +208,7 @@ func compareHold(ctx context.Context, tg target, n int) (conformance.HoldManyRes
 	ttl := demoTTL(cs[0], 6*time.Second)
 	r, err := conformance.HoldMany(ctx, cs[0], "held", n, ttl, ttl+ttl/6)
 	if err != nil {
-		return r, ttl, fmt.Errorf("holding %d leases: %w", n, err)
+		return conformance.HoldManyResult{}, ttl, fmt.Errorf("holding %d leases: %w", n, err)
 	}
 	return r, ttl, nil
 }

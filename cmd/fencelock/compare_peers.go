@@ -106,16 +106,23 @@ func fmtInt(v float64) string {
 	return fmt.Sprintf("%.0f", v)
 }
 
+// peerNames are the peers' names in tables and charts, by bench-peers id
+// suffix; others show the suffix itself.
+var peerNames = map[string]string{
+	"mutex":               "concurrency.Mutex",
+	"pgx-xact":            "pgx advisory xact lock",
+	"lockclient-protocol": "AWS Lock Client protocol",
+}
+
 // name is the implementation's short name for tables and charts.
 func (im peerImpl) name() string {
-	if im.Fencelock {
-		_, variant, _ := strings.Cut(im.ID, "/")
-		return variant
-	}
-	lib := im.Library[strings.LastIndex(im.Library, "/")+1:]
 	_, variant, _ := strings.Cut(im.ID, "/")
-	if variant != lib && !strings.Contains(variant, lib) {
-		return lib + " " + variant
+	if im.Fencelock {
+		v := strings.TrimPrefix(strings.TrimPrefix(variant, "fencelock"), "-")
+		return strings.TrimSpace("fencelock " + v)
+	}
+	if n, ok := peerNames[variant]; ok {
+		return n
 	}
 	return variant
 }
@@ -144,7 +151,7 @@ func (d *compareDoc) renderPeers(b *bytes.Buffer) {
 			}
 			lib := im.name()
 			if im.Fencelock {
-				lib = "**fencelock** " + lib
+				lib = "**" + lib + "**"
 			}
 			if len(im.Errors) > 0 {
 				lib += fmt.Sprintf(" (%d round(s) failed)", len(im.Errors))
