@@ -201,7 +201,8 @@ func serverList(m map[string]string) string {
 	return strings.Join(parts, ", ")
 }
 
-// peerContention is the peer libraries' contention results, for the chart.
+// peerContention is bench-peers' contention results, fencelock's and the
+// peers', for the chart.
 func (d *compareDoc) peerContention() []contentionPoint {
 	if d.peers == nil {
 		return nil
@@ -210,10 +211,14 @@ func (d *compareDoc) peerContention() []contentionPoint {
 	for _, im := range d.peers.Impls {
 		t, ok1 := im.Metrics[mThroughput]
 		w, ok2 := im.Metrics[mWorstWait]
-		if im.Fencelock || !ok1 || !ok2 || t.Median <= 0 {
+		if !ok1 || !ok2 || t.Median <= 0 {
 			continue
 		}
-		ps = append(ps, contentionPoint{"peer: " + im.Store + " " + im.name(), t.Median, time.Duration(w.Median * float64(time.Millisecond))})
+		label := "peer: " + im.Store + " " + im.name()
+		if im.Fencelock {
+			label = im.Store + " " + im.name()
+		}
+		ps = append(ps, contentionPoint{label, t.Median, time.Duration(w.Median * float64(time.Millisecond))})
 	}
 	return ps
 }

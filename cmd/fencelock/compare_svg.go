@@ -79,7 +79,7 @@ func (d *compareDoc) handoffRows() []handoffRow {
 
 func (d *compareDoc) handoffChart() []byte {
 	rows := d.handoffRows()
-	const left, width, rowH, top = 190.0, 560.0, 30.0, 40.0
+	const left, width, rowH, top = 290.0, 560.0, 30.0, 60.0
 	lo, hi := math.Inf(1), 0.0
 	for _, r := range rows {
 		lo, hi = math.Min(lo, r.q[0].Seconds()), math.Max(hi, r.q[4].Seconds())
@@ -92,7 +92,8 @@ func (d *compareDoc) handoffChart() []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", left+width+30, h)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%.0f" y="20" font-size="14">Hand-off: holder's Release → blocked Acquire returns (p1–p99, box p25–p75, mark p50; peers in red: p50–p99)</text>`+"\n", 10.0)
+	fmt.Fprintf(&b, `<text x="10" y="20" font-size="14">Hand-off: the holder's Release → the blocked Acquire returns</text>`+"\n")
+	fmt.Fprintf(&b, `<text x="10" y="40" fill="#555">fencelock (this run): p1–p99 whiskers, p25–p75 box, p50 mark; peers in red (make bench-peers): p50 mark, whisker to p99</text>`+"\n")
 	d.decades(&b, ax, top-8, h-30)
 	for i, r := range rows {
 		y := top + rowH*float64(i) + rowH/2
@@ -130,23 +131,25 @@ type contentionPoint struct {
 	worst      time.Duration
 }
 
-func (d *compareDoc) contentionPoints() []contentionPoint {
-	var ps []contentionPoint
+// contentionPoints are the chart's marks, all from one run: with peer
+// results, fencelock's and the peers' from that run (8 clients, one
+// worker each); else this run's (8 workers on 2 clients).
+func (d *compareDoc) contentionPoints() (ps []contentionPoint, source string) {
+	if ps := d.peerContention(); len(ps) > 0 {
+		return ps, "make bench-peers: 8 clients, one worker each"
+	}
 	for _, r := range d.results {
 		if r.cont.Elapsed == 0 || r.cont.Sections == 0 {
 			continue
 		}
 		ps = append(ps, contentionPoint{r.label, float64(r.cont.Sections) / r.cont.Elapsed.Seconds(), r.cont.WaitMax})
 	}
-	for _, p := range d.peerContention() {
-		ps = append(ps, p)
-	}
-	return ps
+	return ps, "this run: 8 workers on 2 clients"
 }
 
 func (d *compareDoc) contentionChart() []byte {
-	ps := d.contentionPoints()
-	const left, width, top, height = 70.0, 600.0, 40.0, 380.0
+	ps, source := d.contentionPoints()
+	const left, width, top, height = 70.0, 600.0, 60.0, 380.0
 	xlo, xhi, ylo, yhi := math.Inf(1), 0.0, math.Inf(1), 0.0
 	for _, p := range ps {
 		xlo, xhi = math.Min(xlo, p.worst.Seconds()), math.Max(xhi, p.worst.Seconds())
@@ -159,9 +162,10 @@ func (d *compareDoc) contentionChart() []byte {
 	ay := newLogAxis(ylo, yhi, 0, height) // y grows downwards: flip below
 	yAt := func(v float64) float64 { return top + height - ay.at(v) }
 	var b bytes.Buffer
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", left+width+160, top+height+50)
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", left+width+250, top+height+50)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="10" y="20" font-size="14">8 workers on one lock: throughput (up is better) against the worst wait (left is better)</text>`+"\n")
+	fmt.Fprintf(&b, `<text x="10" y="40" fill="#555">%s; fencelock in blue, peers in red</text>`+"\n", html.EscapeString(source))
 	d.decades(&b, ax, top, top+height)
 	for e := ay.lo; e <= ay.hi; e++ {
 		y := yAt(math.Pow(10, e))
