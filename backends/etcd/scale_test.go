@@ -188,8 +188,11 @@ func TestAcquireReleaseRPCs(t *testing.T) {
 	}
 	txn, ka, other := rc.txn.Load()-txn0, rc.keepAlive.Load()-ka0, rc.other.Load()-other0
 	t.Logf("%d acquire+release: %d Txn, %d keepalives, %d other RPCs in %v", n, txn, ka, other, time.Since(start))
-	if txn != 2*n || other != 0 {
-		t.Errorf("%d acquire+release sent %d Txns and %d other RPCs, want %d and 0", n, txn, other, 2*n)
+	// One other RPC may be the Client's background work landing in the
+	// window (the shared watch's stream opening after the warm-up); an
+	// extra RPC per acquire or release would show n or more.
+	if txn != 2*n || other > 1 {
+		t.Errorf("%d acquire+release sent %d Txns and %d other RPCs, want %d and at most 1 (not one per operation)", n, txn, other, 2*n)
 	}
 	// A class refresh is due only when the last is older than TTL/6 (5 s).
 	if ka > 1 && time.Since(start) < 5*time.Second {
