@@ -53,14 +53,15 @@ type Lease struct {
 	validUntil  time.Time // monotonic; conservative
 	maxHoldAt   time.Time // zero: no cap
 	ended       bool
-	stopRenew   bool // Release started: no renewal may be sent
-	storeGone   bool // the store side is known released or lost
+	endDone     chan struct{} // closed once the ending lease's Done is closed
+	stopRenew   bool          // Release started: no renewal may be sent
+	storeGone   bool          // the store side is known released or lost
 	renewTimer  *time.Timer
 	expiryTimer *time.Timer
 }
 
 func newLease(ctx context.Context, c *Client, name string, o resolved, dl driver.Lease, sent time.Time) *Lease {
-	l := &Lease{c: c, name: name, dl: dl, fence: Fence(dl.Fence()), autoRenew: o.autoRenew, ttl: o.ttl, sent: sent, op: make(chan struct{}, 1)}
+	l := &Lease{c: c, name: name, dl: dl, fence: Fence(dl.Fence()), autoRenew: o.autoRenew, ttl: o.ttl, sent: sent, op: make(chan struct{}, 1), endDone: make(chan struct{})}
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	l.validUntil = sent.Add(o.ttl - c.drift(o.ttl))
 	if o.maxHold > 0 {
@@ -443,11 +444,14 @@ func (l *Lease) markStoreGone() {
 	l.mu.Unlock()
 }
 
-// end ends the lease once with cause.
+// end ends the lease once with cause. When another goroutine is ending
+// it, end waits until that has finished, so that whoever returns an error
+// after end sees the lease ended (Err, Done).
 func (l *Lease) end(cause error) {
 	l.mu.Lock()
 	if l.ended {
 		l.mu.Unlock()
+		<-l.endDone
 		return
 	}
 	l.ended = true
@@ -466,6 +470,7 @@ func (l *Lease) end(cause error) {
 		l.c.log.Warn("fencelock: lease lost", "name", l.name, "fence", uint64(l.fence), "err", cause)
 	}
 	l.cancel(cause)
+	close(l.endDone)
 }
 
 // endedErr is why an ended lease ended.
