@@ -45,7 +45,7 @@ func (b *backend) KillSessions(ctx context.Context) error {
 		return fmt.Errorf("%w: redis KillSessions finds this client's connections by their client name, and the go-redis client has none: set Options.ClientName to a name unique to this client", driver.ErrInvalid)
 	}
 	for _, l := range b.live.snapshot() {
-		n, err := releaseScript.Run(ctx, b.client, []string{l.k.lock}, l.token, l.k.channel).Int64()
+		n, err := l.release(ctx)
 		if err != nil {
 			return b.fail(ctx, "admin kill sessions", err)
 		}

@@ -17,24 +17,25 @@ const recheck = time.Second
 // Acquire implements driver.Blocker: the first attempt costs what
 // TryAcquire does. A refused waiter then queues behind this Client's
 // earlier waiters on the name (internal/localq), sending nothing until it
-// is first: a release is raced by one waiter per Client, not all of them,
-// and a Client serves its waiters in arrival order. The first joins the
-// client's shared
-// subscription to the lock's release channel once (SUBSCRIBE, confirmed by
-// a PING reply) and, from then on, retries only when a release is published,
-// the holder's TTL runs out, or recheck passes — one round trip per retry,
-// where a TryAcquire-then-Wait loop pays three (the attempt, a PING and a
-// PTTL).
+// is first. The first joins the client's shared subscription to the lock's
+// channel (SUBSCRIBE, confirmed by a PING reply), then takes a place in the
+// lock's waiter queue on the server with its next attempt (see the package
+// doc, Fair hand-off). From then on it sends nothing until its grant
+// arrives: the release script that frees the lock hands it to the first
+// live waiter in line, with its fence, and publishes the grant, so a
+// hand-off costs the holder's release call and one message, no waiter
+// round trip. The waiter sends an attempt again only to refresh its place
+// (every refresh(TTL)), when the holder's TTL runs out (expiry publishes
+// nothing), when a release notice is heard (a peer's, or one with nobody
+// in line), or when the subscription connection broke (a grant may have
+// been lost: the attempt then finds the lock held under its own token and
+// answers that grant).
 //
-// No release can be missed: the hub counts the release messages heard on
-// the channel; the count is read before each attempt is sent, and a
-// release after the attempt was refused is published after it, so it
-// raises the count (or, if the subscription connection broke, the hub's
-// epoch) and the waiter retries at once.
-//
-// Every attempt uses req.Token: a refused attempt leaves nothing under it,
-// and an attempt whose outcome is unknown ends the call with TryAcquire's
-// error (after TryAcquire's own cleanup).
+// Every attempt uses req.Token. When the call ends without a grant (ctx
+// ended, the backend closed, an error), it leaves the queue and releases a
+// grant handed to it meanwhile (abandon.lua) before returning, so it leaves
+// nothing held; an attempt whose outcome is unknown ends the call with
+// TryAcquire's error (after TryAcquire's own cleanup).
 func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
 	sent := time.Now()
 	l, err := b.TryAcquire(ctx, req)
@@ -55,36 +56,74 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return nil, time.Time{}, driver.ErrClosed
 	}
 	k := keysFor(req.Name)
-	w := &waiter{channel: k.channel, wake: make(chan struct{}, 1)}
+	w := &waiter{channel: k.channel, lock: k.lock, token: req.Token, wake: make(chan struct{}, 1)}
 	if err := b.hub.register(w); err != nil {
 		return nil, time.Time{}, err
 	}
 	defer b.hub.leave(w)
+	l, sent, err, done := b.block(ctx, k, req, w)
+	if err != nil && !done {
+		// Leave the line, and release a grant handed to us meanwhile.
+		return nil, time.Time{}, b.cleanup(ctx, k, req, err)
+	}
+	return l, sent, err
+}
+
+// block is Acquire's loop once w is registered. done reports an error from
+// an attempt, which already cleaned up after itself (TryAcquire's
+// contract).
+func (b *backend) block(ctx context.Context, k keys, req driver.AcquireRequest, w *waiter) (_ driver.Lease, _ time.Time, _ error, done bool) {
+	every := refresh(req.TTL)
+	live := liveness(every)
+	var queued time.Time // when the last attempt that left us in line was sent
 	for {
 		msgs, epoch, err := b.hub.mark(ctx, w)
 		if err != nil {
-			return nil, time.Time{}, err
+			return nil, time.Time{}, err, false
 		}
-		sent = time.Now()
-		l, err = b.TryAcquire(ctx, req)
+		if fence := b.hub.granted(w); fence != 0 {
+			// Handed to us by a release, after our last attempt ran
+			// (that attempt was refused): the TTL started after queued.
+			if time.Since(queued) <= req.TTL/2 {
+				return b.newLease(k, req, fence, queued), queued, nil, true
+			}
+			// Stalled since: most of the TTL may be gone. Attempt again:
+			// if the grant is still ours, the script answers it and
+			// restarts its TTL, so the lease counts from that attempt.
+			b.hub.clearGrant(w)
+		}
+		sent := time.Now()
+		l, err := b.attempt(ctx, k, req, live)
 		if !errors.Is(err, driver.ErrNotAcquired) {
-			return l, sent, err
+			return l, sent, err, true
 		}
+		queued = sent
+		next := every
 		var r *refused
-		next := recheck
 		if errors.As(err, &r) {
 			switch {
 			case r.pttl >= 0:
-				next = min(r.pttl, recheck)
+				next = min(r.pttl, every)
 			case r.pttl == -3*time.Millisecond: // this token was voided: nothing to wait for
-				return nil, time.Time{}, err
+				return nil, time.Time{}, err, true
 			}
 		}
 		if err := b.hub.awaitRelease(ctx, w, msgs, epoch, next); err != nil {
-			return nil, time.Time{}, err
+			return nil, time.Time{}, err, false
 		}
 	}
 }
+
+// refresh is how often a queued waiter renews its place in line: often
+// enough that a grant handed to it leaves most of its TTL locally known
+// (its lease counts from the last refresh), and at least every recheck.
+func refresh(ttl time.Duration) time.Duration { return max(min(recheck, ttl/4), time.Millisecond) }
+
+// liveness is how long a waiter's place outlives its last refresh: three
+// refreshes missed (a stalled or dead waiter) and the next release skips
+// it. A dead waiter can thus be handed the lock only within this window
+// after it died, and then holds it for one TTL at most.
+func liveness(every time.Duration) time.Duration { return max(3*every, 300*time.Millisecond) }
 
 // mark returns the release messages heard on w's channel and the
 // connection epoch, once w's subscription is known to be in effect on the
@@ -119,7 +158,14 @@ func (h *hub) mark(ctx context.Context, w *waiter) (msgs, epoch uint64, err erro
 	}
 }
 
-// awaitRelease returns nil once a release was heard on w's channel since
+// clearGrant forgets a grant handed to w.
+func (h *hub) clearGrant(w *waiter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w.fence = 0
+}
+
+// awaitRelease returns nil once a grant was handed to w, a release was heard on w's channel since
 // msgs was read, the subscription connection broke since epoch, or after
 // d; ctx.Err() if ctx ends first.
 func (h *hub) awaitRelease(ctx context.Context, w *waiter, msgs, epoch uint64, d time.Duration) error {
@@ -127,7 +173,7 @@ func (h *hub) awaitRelease(ctx context.Context, w *waiter, msgs, epoch uint64, d
 	defer t.Stop()
 	for {
 		h.mu.Lock()
-		changed := h.msgs[w.channel] != msgs || h.epoch != epoch
+		changed := h.msgs[w.channel] != msgs || h.epoch != epoch || w.fence != 0
 		h.mu.Unlock()
 		if changed {
 			return nil

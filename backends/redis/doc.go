@@ -39,18 +39,21 @@
 //   - Release channel B:released: Release PUBLISHes K on it.
 //   - Void key B:void:<token>, only after an acquire attempt whose reply was
 //     lost (see Operations); it expires after 5 minutes.
+//   - Waiter queue B:queue and liveness keys B:wait:<token>, only while
+//     Acquire calls wait (see Waiting).
 //
 // All these keys share a hash tag of K's slot, so every script touches one
 // Redis Cluster slot.
 //
 // # Reserved names
 //
-// A fence, channel or void key is a base with a valid hash tag followed by
-// ":fence", ":released" or ":void:" and 32 hex digits, so a name such as
-// "{x}:fence" spells the fence key of the name "x". Such names are
-// reserved: a store key that has a valid hash tag ("{...}" with something
-// inside) and ends in ":fence", ":released", ":fencelock" or ":void:"
-// followed by 32 lowercase hex digits gets the lock key K + ":fencelock"
+// A derived key is a base with a valid hash tag followed by ":fence",
+// ":released", ":queue", or ":void:" or ":wait:" and 32 hex digits, so a
+// name such as "{x}:fence" spells the fence key of the name "x". Such names
+// are reserved: a store key that has a valid hash tag ("{...}" with
+// something inside) and ends in ":fence", ":released", ":queue",
+// ":fencelock", or ":void:" or ":wait:" followed by 32 lowercase hex digits
+// gets the lock key K + ":fencelock"
 // instead of K (same hash tag, so same slot; its fence key is
 // K + ":fencelock:fence"). Lock keys and derived keys thus never meet, and
 // distinct names never share a lock key. Every other name, which is every
@@ -74,8 +77,9 @@
 //     runs it later. If the server cannot be reached for that either, the
 //     error wraps ErrIndeterminate: the lock may stay held until its TTL.
 //   - Release: delete K only if it holds our token (compare-and-delete),
-//     then PUBLISH. Otherwise ErrLeaseLost; another holder's lock is never
-//     touched.
+//     then hand it to the first live waiter in line, or PUBLISH a release
+//     notice (see Waiting). Otherwise ErrLeaseLost; another holder's lock
+//     is never touched.
 //   - Extend (renewal): PEXPIRE K only if it holds our token, else
 //     ErrLeaseLost.
 //
@@ -114,22 +118,52 @@
 // ZooKeeper) or a quorum of independent servers (redlock://) makes the lock
 // itself survive node loss.
 //
-// # Waiting
+// # Waiting: fair hand-off
 //
-// A blocked Acquire is woken by the release notice (Capabilities.Wait is
-// WaitNotify): each Client keeps one pub/sub connection, shared by all its
-// waiters, subscribed to the channels of the locks they wait for. A refused
-// Acquire subscribes once and waits until the server confirms (a PING
-// reply); from then on the Client counts the release notices it hears per
-// channel, reads the count before each attempt, and retries when it has
-// grown: a release after a refused attempt is published after it, so it
-// is never missed, and each retry costs one round trip (the attempt).
-// Expiry publishes nothing, and neither do other clients such as redis-py:
-// a waiter also retries when the holder's TTL (the refused attempt returns
-// it) runs out, and at least once a second. Within a Client, waiters on a
-// name queue in arrival order and only the first of them retries, so a
-// release is raced by one waiter per Client; between Clients one wins.
-// There is no server-side queue (FIFO is false).
+// A blocked Acquire waits in line on the server, and a release hands the
+// lock straight to the first live waiter, in the release script itself:
+//
+//   - Waiter queue B:queue, a sorted set of waiting tokens scored by
+//     arrival (server TIME in µs), and per waiter a liveness key
+//     B:wait:<token> holding the TTL to grant it with. The liveness key
+//     expires unless the waiter refreshes it (every TTL/4, at most every
+//     second; it lasts three refreshes, at least 300 ms), so a waiter that
+//     died drops out of line by itself. Both exist only while someone
+//     waits. The scripts name liveness keys themselves (they share the
+//     lock's hash tag, hence its slot).
+//   - Release deletes the lock key and, in the same script, takes the first
+//     waiter whose liveness key exists (dropping dead ones), sets the lock
+//     key to its token with its TTL, issues its fence exactly as Acquire
+//     does, and PUBLISHes "grant <token> <fence>" on the release channel.
+//     With nobody in line it PUBLISHes the lock key (a release notice).
+//   - The waiter holds when that message reaches it: a hand-off costs the
+//     holder's release call and one message, no waiter round trip, and its
+//     lease counts from its last refresh (sent before the grant). If it
+//     finds most of the TTL gone (it stalled), it asks again, and the
+//     acquire script answers its grant with the TTL restarted.
+//   - While a live waiter is in line, a free lock (a holder expired, or a
+//     peer such as redis-py released it without publishing) is granted
+//     only to that waiter: TryAcquire and later arrivals are refused with
+//     a message that waiters queued first. The waiter asks when the
+//     holder's TTL runs out (the refused attempt returns it) and at each
+//     refresh.
+//   - A waiter whose wait ends without a grant (ctx ended, Client closed)
+//     leaves the line in the abandon script, which also releases, to the
+//     next in line, a grant handed to it meanwhile: it leaves nothing held.
+//   - A waiter that died within its liveness window may still be handed
+//     the lock, which then stays held for that waiter's TTL, as after a
+//     holder's crash.
+//
+// Each Client keeps one pub/sub connection, shared by all its waiters,
+// subscribed to the channels of the locks they wait for; a waiter joins
+// the line only once the server confirmed its subscription (a PING reply),
+// so no grant is published before it can hear it. If the connection
+// breaks, every waiter asks again (the attempt answers a grant made
+// meanwhile). Within a Client, waiters on a name queue in arrival order
+// and only the first of them is in the server's line: Clients are served
+// in arrival order, and a Client's waiters in theirs. (FIFO is false only
+// because a Client's second waiter joins the server's line when its first
+// is served.)
 //
 // In Redis Cluster the release notice is a plain PUBLISH, which the cluster
 // broadcasts to every node, so the one connection (to any node) hears every

@@ -17,3 +17,9 @@ func FenceKey(lock string) string { return keysFor(lock).fence }
 // NewDriver returns the bare driver over c (not owning it), for benchmarks
 // that separate the driver's cost from the portable layer's.
 func NewDriver(c goredis.UniversalClient) driver.Backend { return newBackend(c, false) }
+
+// QueueKey is the waiter queue of the lock key lock.
+func QueueKey(lock string) string { return keysFor(lock).queue }
+
+// WaitKey is the liveness key of a waiter queued under token on lock.
+func WaitKey(lock, token string) string { return keysFor(lock).wait(token) }

@@ -11,11 +11,15 @@ type keys struct {
 	lock    string // the lock key: the (prefixed) name as given, or escaped (see lockKey)
 	fence   string // the fence counter; no TTL, never deleted
 	channel string // the pub/sub channel Release publishes to
-	base    string // the hash-tagged base of fence and channel
+	queue   string // the waiter queue (a sorted set of tokens)
+	base    string // the hash-tagged base of fence, channel and queue
 }
 
 // void is the key that marks an abandoned acquire attempt's token.
 func (k keys) void(token string) string { return k.base + ":void:" + token }
+
+// wait is the liveness key of a queued waiter's token (grant.lua).
+func (k keys) wait(token string) string { return k.base + ":wait:" + token }
 
 // keysFor maps a store key (the name after Options.Prefix) to its keys.
 // The fence key and the channel share a hash tag whose Cluster slot is the
@@ -23,7 +27,7 @@ func (k keys) void(token string) string { return k.base + ":void:" + token }
 func keysFor(name string) keys {
 	lock := lockKey(name)
 	base := slotBase(lock)
-	return keys{lock: lock, fence: base + ":fence", channel: base + ":released", base: base}
+	return keys{lock: lock, fence: base + ":fence", channel: base + ":released", queue: base + ":queue", base: base}
 }
 
 // escapeSuffix is appended to the lock key of a name that could otherwise
@@ -34,8 +38,9 @@ const escapeSuffix = ":fencelock"
 // redis-py and redsync, which lock the key exactly as named, interoperate),
 // unless name is reserved, in which case name + escapeSuffix.
 //
-// Every derived key (fence, channel, void) is a base with a valid hash tag
-// followed by ":fence", ":released" or ":void:" and a 32-hex token; a
+// Every derived key (fence, channel, queue, void, wait) is a base with a
+// valid hash tag followed by ":fence", ":released", ":queue", or ":void:"
+// or ":wait:" and a 32-hex token; a
 // suffix without braces leaves the hash tag where it was. So a name can be
 // a derived key only if it has a valid hash tag and ends in one of those
 // suffixes; such names are reserved, and so are hash-tagged names ending in
@@ -55,13 +60,17 @@ func reserved(name string) bool {
 	if !hasHashTag(name) {
 		return false
 	}
-	for _, s := range []string{":fence", ":released", escapeSuffix} {
+	for _, s := range []string{":fence", ":released", ":queue", escapeSuffix} {
 		if strings.HasSuffix(name, s) {
 			return true
 		}
 	}
-	const voidLen = len(":void:") + 32
-	return len(name) >= voidLen && strings.HasPrefix(name[len(name)-voidLen:], ":void:") && isHex(name[len(name)-32:])
+	const tokenLen = len(":void:") + 32 // ":wait:" is as long
+	if len(name) < tokenLen || !isHex(name[len(name)-32:]) {
+		return false
+	}
+	p := name[len(name)-tokenLen : len(name)-32]
+	return p == ":void:" || p == ":wait:"
 }
 
 func isHex(s string) bool {

@@ -55,7 +55,7 @@ func TestKeysShareSlot(t *testing.T) {
 	for _, n := range names {
 		k := keysFor(n)
 		want := keySlot(n)
-		for _, other := range []string{k.fence, k.channel, k.void("0123456789abcdef0123456789abcdef")} {
+		for _, other := range []string{k.fence, k.channel, k.queue, k.void("0123456789abcdef0123456789abcdef"), k.wait("0123456789abcdef0123456789abcdef")} {
 			if got := keySlot(other); got != want {
 				t.Fatalf("name %q: %q is in slot %d, the lock key in %d", n, other, got, want)
 			}
@@ -88,7 +88,7 @@ func TestMillisRoundsUp(t *testing.T) {
 // lock key or any name's fence, channel or void key, and unreserved names
 // map to themselves.
 func TestLockKeysNeverMeetDerivedKeys(t *testing.T) {
-	parts := []string{"x", "{", "}", "{x}", ":fence", ":released", ":fencelock", ":void:", "0123456789abcdef0123456789abcdef", ":"}
+	parts := []string{"x", "{", "}", "{x}", ":fence", ":released", ":fencelock", ":void:", ":wait:", ":queue", "0123456789abcdef0123456789abcdef", ":"}
 	names := map[string]bool{}
 	var gen func(prefix string, depth int)
 	gen = func(prefix string, depth int) {
@@ -112,7 +112,7 @@ func TestLockKeysNeverMeetDerivedKeys(t *testing.T) {
 			t.Fatalf("names %q and %q share lock key %q", n, other, k.lock)
 		}
 		lockOf[k.lock] = n
-		for _, d := range []string{k.fence, k.channel, k.void(tok)} {
+		for _, d := range []string{k.fence, k.channel, k.queue, k.void(tok), k.wait(tok)} {
 			derived[d] = n
 		}
 		if !reserved(n) && k.lock != n {

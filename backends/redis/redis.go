@@ -24,11 +24,13 @@ var (
 	extendLua string
 	//go:embed abandon.lua
 	abandonLua string
+	//go:embed grant.lua
+	grantLua string // the fence and waiter-queue functions the others share
 
-	acquireScript = goredis.NewScript(acquireLua)
-	releaseScript = goredis.NewScript(releaseLua)
+	acquireScript = goredis.NewScript(grantLua + acquireLua)
+	releaseScript = goredis.NewScript(grantLua + releaseLua)
 	extendScript  = goredis.NewScript(extendLua)
-	abandonScript = goredis.NewScript(abandonLua)
+	abandonScript = goredis.NewScript(grantLua + abandonLua)
 )
 
 // MinTTL is the shortest lease TTL the backend accepts. Redis itself keeps
@@ -112,9 +114,16 @@ func (b *backend) Capabilities() driver.Capabilities { return capabilities }
 // error thus leaves nothing held; if abandoning fails too, the error also
 // wraps ErrIndeterminate.
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
-	k := keysFor(req.Name)
+	return b.attempt(ctx, keysFor(req.Name), req, 0)
+}
+
+// attempt runs the acquire script once (see TryAcquire); with live > 0 a
+// refused attempt also queues req.Token as a waiter (or keeps its place)
+// whose liveness key lasts live.
+func (b *backend) attempt(ctx context.Context, k keys, req driver.AcquireRequest, live time.Duration) (driver.Lease, error) {
 	sent := time.Now()
-	res, err := acquireScript.Run(ctx, b.client, []string{k.lock, k.fence, k.void(req.Token)}, req.Token, millis(req.TTL)).Int64Slice()
+	res, err := acquireScript.Run(ctx, b.client, []string{k.lock, k.fence, k.void(req.Token), k.queue, k.wait(req.Token)},
+		req.Token, millis(req.TTL), millis(live), k.base).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("acquire script returned %v, want {fence, pttl}", res)
 	}
@@ -128,10 +137,16 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	if res[0] <= 0 {
 		return nil, notAcquired(time.Duration(res[1]) * time.Millisecond)
 	}
-	l := &lease{b: b, k: k, token: req.Token, fence: uint64(res[0])}
+	return b.newLease(k, req, uint64(res[0]), sent), nil
+}
+
+// newLease records a grant of req under fence whose TTL started no earlier
+// than sent.
+func (b *backend) newLease(k keys, req driver.AcquireRequest, fence uint64, sent time.Time) *lease {
+	l := &lease{b: b, k: k, token: req.Token, fence: fence}
 	l.until.Store(sent.Add(req.TTL).UnixNano())
 	b.live.add(l)
-	return l, nil
+	return l
 }
 
 // fail classifies err (see classify). When a Redis Cluster node could not
@@ -154,7 +169,8 @@ func (b *backend) fail(ctx context.Context, op string, err error) error {
 func (b *backend) cleanup(ctx context.Context, k keys, req driver.AcquireRequest, cause error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
 	defer cancel()
-	err := abandonScript.Run(cctx, b.client, []string{k.lock, k.void(req.Token)}, req.Token, k.channel, voidLifetime.Milliseconds()).Err()
+	err := abandonScript.Run(cctx, b.client, []string{k.lock, k.void(req.Token), k.fence, k.queue, k.wait(req.Token)},
+		req.Token, k.channel, voidLifetime.Milliseconds(), k.base).Err()
 	if err != nil {
 		return fmt.Errorf("%w: %w; the lock may stay held under this attempt's token until its TTL of %v ends (removing it failed: %v)",
 			driver.ErrIndeterminate, cause, req.TTL, err)
@@ -164,7 +180,7 @@ func (b *backend) cleanup(ctx context.Context, k keys, req driver.AcquireRequest
 
 // refused is a refusal: ErrNotAcquired with the holder's PTTL (the acquire
 // script's second value: -1 the key has no expiry, -3 this attempt was
-// abandoned).
+// abandoned, -4 the lock is free but a live waiter is first in line).
 type refused struct{ pttl time.Duration }
 
 func (r *refused) Unwrap() error { return driver.ErrNotAcquired }
@@ -175,9 +191,15 @@ func (r *refused) Error() string {
 		return driver.ErrNotAcquired.Error() + ": the Redis key has no expiry, so its holder is not a lease (a redis-py Lock with timeout=None?) and it never frees itself; fencelock never takes such a key over: delete it by hand if its owner is gone"
 	case -3 * time.Millisecond:
 		return driver.ErrNotAcquired.Error() + ": this attempt was abandoned after its reply was lost; try again"
+	case queuedFirst:
+		return driver.ErrNotAcquired.Error() + ": the lock is free, but blocked Acquire calls queued for it first (fair hand-off: the next release or expiry grants it to them)"
 	}
 	return fmt.Sprintf("%v (the holder's lease expires in %v unless renewed)", driver.ErrNotAcquired, r.pttl)
 }
+
+// queuedFirst is the acquire script's -4: the lock is free but a live
+// waiter is first in line.
+const queuedFirst = -4 * time.Millisecond
 
 // notAcquired explains a refusal; pttl is the acquire script's second value.
 func notAcquired(pttl time.Duration) error { return &refused{pttl} }
@@ -253,11 +275,12 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// Release deletes the key only while it holds our token, and publishes a
-// release notice for waiters.
+// Release deletes the key only while it holds our token and, in the same
+// script, hands the lock to the first live waiter in line (or publishes a
+// release notice).
 func (l *lease) Release(ctx context.Context) error {
 	defer l.b.live.remove(l)
-	n, err := releaseScript.Run(ctx, l.b.client, []string{l.k.lock}, l.token, l.k.channel).Int64()
+	n, err := l.release(ctx)
 	if err != nil {
 		return l.b.fail(ctx, "release", err)
 	}
@@ -265,6 +288,11 @@ func (l *lease) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: the Redis key no longer held this lease's token (it expired, or another owner took it)", driver.ErrLeaseLost)
 	}
 	return nil
+}
+
+// release runs the release script: 1 released, 0 not ours.
+func (l *lease) release(ctx context.Context) (int64, error) {
+	return releaseScript.Run(ctx, l.b.client, []string{l.k.lock, l.k.fence, l.k.queue}, l.token, l.k.channel, l.k.base).Int64()
 }
 
 // millis rounds d up to whole milliseconds (PX): the store keeps the lock

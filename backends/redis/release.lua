@@ -1,10 +1,11 @@
 -- fencelock release: delete the lock only if it is still held under our
--- token, and tell waiters.
--- KEYS[1] lock key   ARGV[1] owner token   ARGV[2] release channel
+-- token, then hand it to the first live waiter in line (or tell waiters).
+-- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] waiter queue
+-- ARGV[1] owner token   ARGV[2] release channel   ARGV[3] the keys' base
 -- Returns 1 when released, 0 when the lock was no longer ours.
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], KEYS[1])
+hand_off(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3])
 return 1

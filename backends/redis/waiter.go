@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,9 +58,13 @@ type hubOp struct {
 	arg  string
 }
 
-// waiter is one Wait call.
+// waiter is one Wait call, or one blocked Acquire (blocker.go), which also
+// sets lock and token to take a grant handed to it by a release.
 type waiter struct {
 	channel string
+	lock    string // the lock key: a message equal to it is a release notice
+	token   string // a queued Acquire's token, else ""
+	fence   uint64 // the fence of a grant handed to token (under hub.mu)
 	epoch   uint64 // the hub's epoch when ping was sent
 	ping    string
 	pong    chan struct{} // closed when the reply to our PING arrives
@@ -88,7 +93,7 @@ func newHub(client goredis.UniversalClient) *hub {
 // the key; a release before the check shows as a missing key, one after
 // reaches the subscription.
 func (h *hub) wait(ctx context.Context, k keys) error {
-	w := &waiter{channel: k.channel, wake: make(chan struct{}, 1)}
+	w := &waiter{channel: k.channel, lock: k.lock, wake: make(chan struct{}, 1)}
 	if err := h.register(w); err != nil {
 		return err
 	}
@@ -256,22 +261,66 @@ func (h *hub) dispatch() {
 		backoff = 0
 		switch m := msg.(type) {
 		case *goredis.Message:
-			h.wakeChannel(m.Channel)
+			h.message(m.Channel, m.Payload)
 		case *goredis.Pong:
 			h.pong(m.Payload)
 		}
 	}
 }
 
-func (h *hub) wakeChannel(ch string) {
+// message handles a message on a lock's channel: a hand-off
+// ("grant <token> <fence>", see grant.lua) wakes the one waiter queued
+// under that token, if it is ours, and nobody else (the lock is not free);
+// anything else is a release notice (the lock key, from fencelock or a
+// peer publishing the same way) and wakes every waiter on the channel.
+func (h *hub) message(ch, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.chans[ch]; ok {
-		h.msgs[ch]++
+	ws, ok := h.chans[ch]
+	if !ok {
+		return
 	}
-	for w := range h.chans[ch] {
+	var lock string // every waiter on a channel waits for the same lock
+	for w := range ws {
+		lock = w.lock
+		break
+	}
+	if payload != lock {
+		if token, fence, ok := parseGrant(payload); ok {
+			for w := range ws {
+				if w.token == token {
+					w.fence = fence
+					w.signal()
+				}
+			}
+			return
+		}
+	}
+	h.msgs[ch]++
+	for w := range ws {
 		w.signal()
 	}
+}
+
+// parseGrant parses a hand-off message, "grant <token> <fence>".
+func parseGrant(s string) (token string, fence uint64, ok bool) {
+	rest, ok := strings.CutPrefix(s, "grant ")
+	if !ok {
+		return "", 0, false
+	}
+	token, f, ok := strings.Cut(rest, " ")
+	if !ok || len(token) != 32 {
+		return "", 0, false
+	}
+	fence, err := strconv.ParseUint(f, 10, 64)
+	return token, fence, err == nil && fence > 0
+}
+
+// granted returns the fence of a grant handed to w, or 0.
+func (h *hub) granted(w *waiter) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return w.fence
 }
 
 func (h *hub) wakeAll() {
