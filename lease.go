@@ -473,8 +473,14 @@ func (l *Lease) end(cause error) {
 	close(l.endDone)
 }
 
-// endedErr is why an ended lease ended.
-func (l *Lease) endedErr() error { return context.Cause(l.ctx) }
+// endedErr is why an ended lease ended. It waits for end to finish: end
+// sets ended before it cancels the lease's context with the cause, and a
+// caller that saw ended in between would read no cause at all. (end takes
+// l.mu only before that window, so callers may hold l.mu.)
+func (l *Lease) endedErr() error {
+	<-l.endDone
+	return context.Cause(l.ctx)
+}
 
 func (l *Lease) lostErr(why string) error {
 	return &Error{Op: "lease", Backend: l.c.caps.Backend, Name: l.name, Err: fmt.Errorf("%w: %s", ErrLeaseLost, why)}

@@ -106,3 +106,23 @@ func TestLeaseEndsOnceUnderConcurrency(t *testing.T) {
 		t.Fatal("ended lease has nil Err")
 	}
 }
+
+// TestReleaseRacingExpiry: a Release that runs while the lease's local
+// deadline ends it returns nil or ErrLeaseLost, never an error without a
+// cause (it once read the cause before the ending lease had set it).
+func TestReleaseRacingExpiry(t *testing.T) {
+	c := memory.New(memory.NewStore(), nil)
+	defer c.Close()
+	ctx := t.Context()
+	for i := range 3000 {
+		l, err := c.TryAcquire(ctx, "race", &fencelock.AcquireOptions{TTL: 2 * time.Millisecond, AutoRenew: fencelock.Bool(false)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for time.Until(l.ValidUntil()) > time.Duration(i%20)*10*time.Microsecond {
+		}
+		if err := l.Release(ctx); err != nil && !errors.Is(err, fencelock.ErrLeaseLost) {
+			t.Fatalf("round %d: Release racing the deadline: %q, want nil or ErrLeaseLost", i, err)
+		}
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/internal/faultrec"
+	"github.com/fencelock/fencelock/internal/faulttest"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -316,88 +317,15 @@ func TestFaultClientPartitioned(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer proxy.Close()
-	defer proxy.Resume()
-	rec := faultrec.Begin(t, faultrec.Result{Backend: "dynamodb", Scenario: faultrec.ClientPartitioned})
-	ctx := t.Context()
 	const ttl = 800 * time.Millisecond
-	cut := open(t, strings.Replace(d.URL(), d.Endpoint(), "http://"+proxy.Addr(), 1), nil)
-	other := open(t, d.URL()+"&poll_interval=20ms", nil)
-	n := name(t)
-	l, err := cut.TryAcquire(ctx, n, &fencelock.AcquireOptions{TTL: ttl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res guard.Counter
-	v, err := res.Claim(ctx, uint64(l.Fence()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	type grant struct {
-		l   *fencelock.Lease
-		err error
-		at  time.Time
-	}
-	got := make(chan grant, 1)
-	go func() {
-		l2, err := other.Acquire(ctx, n, &fencelock.AcquireOptions{TTL: 10 * time.Second, Wait: 20 * time.Second})
-		got <- grant{l2, err, time.Now()}
-	}()
-
-	proxy.Pause()
-	paused := time.Now()
-	select {
-	case <-l.Done():
-	case <-time.After(ttl + margin):
-		t.Fatalf("partitioned lease still held %v after the partition (TTL %v)", time.Since(paused), ttl)
-	}
-	lostAt := time.Now()
-	if !errors.Is(l.Err(), fencelock.ErrLeaseLost) {
-		t.Fatalf("partitioned lease Err = %v, want ErrLeaseLost", l.Err())
-	}
-	rec.Outcome = faultrec.Lost
-	var g grant
-	select {
-	case g = <-got:
-	case <-time.After(5*ttl + margin):
-		t.Fatalf("waiter not granted %v after the partition (TTL %v)", time.Since(paused), ttl)
-	}
-	if g.err != nil {
-		t.Fatalf("waiter: %v", g.err)
-	}
-	defer g.l.Release(ctx)
-	vu := l.ValidUntil()
-	rec.WaitGranted, rec.WaitFrom = g.at.Sub(paused), "partition"
-	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(g.l.Fence()))
-	rec.SecondHolder = faultrec.OverlapOf(!g.at.After(vu))
-	if !g.at.After(vu) {
-		t.Fatalf("waiter granted %v before the partitioned lease's ValidUntil: two holders", vu.Sub(g.at))
-	}
-	if g.l.Fence() <= l.Fence() {
-		t.Fatalf("waiter's fence %d not above the partitioned holder's %d", g.l.Fence(), l.Fence())
-	}
-	wv, err := res.Claim(ctx, uint64(g.l.Fence()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := res.WriteClaimed(ctx, uint64(g.l.Fence()), wv+1); err != nil {
-		t.Fatal(err)
-	}
-	if err := res.WriteClaimed(ctx, uint64(l.Fence()), v+100); !errors.Is(err, guard.ErrStale) {
-		rec.SecondHolder = faultrec.OverlapFound
-		t.Fatalf("stale holder's write: %v, want guard.ErrStale", err)
-	}
-	rec.Note = fmt.Sprintf("holder behind a paused proxy, TTL %v, waiter polling every 20ms: the holder's lease ended locally %v after the cut; the waiter took over %v after the cut; the stale holder's fenced write was rejected",
-		ttl, lostAt.Sub(paused).Round(time.Millisecond), g.at.Sub(paused).Round(time.Millisecond))
-
-	proxy.Resume()
-	if err := l.Release(ctx); !errors.Is(err, fencelock.ErrLeaseLost) {
-		t.Fatalf("stale Release after the partition healed: %v, want ErrLeaseLost", err)
-	}
-	if _, err := cut.TryAcquire(ctx, n, nil); !errors.Is(err, fencelock.ErrNotAcquired) {
-		t.Fatalf("TryAcquire after the stale Release: %v (the stale holder freed the new holder's lock?)", err)
-	}
-	if g.l.Err() != nil {
-		t.Fatalf("new holder's lease ended: %v", g.l.Err())
-	}
-	t.Logf("%s", rec.Note)
+	faulttest.ClientPartitioned(t, faulttest.Partition{
+		Backend: "dynamodb",
+		Cut:     open(t, strings.Replace(d.URL(), d.Endpoint(), "http://"+proxy.Addr(), 1), nil),
+		Other:   open(t, d.URL()+"&poll_interval=20ms", nil),
+		Pause:   proxy.Pause, Resume: proxy.Resume,
+		Name: name(t), TTL: ttl,
+		Wait:       &fencelock.AcquireOptions{TTL: 10 * time.Second, Wait: 20 * time.Second},
+		LostWithin: ttl + margin, GrantWithin: 5*ttl + margin,
+		Story: "holder behind a paused proxy, TTL %v, waiter polling every 20ms: the holder's lease ended locally %v after the cut; the waiter took over %v after the cut; the stale holder's fenced write was rejected",
+	})
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/redlock"
-	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/internal/faultrec"
+	"github.com/fencelock/fencelock/internal/faulttest"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -462,97 +462,28 @@ func TestFaultClientPartitioned(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer p.Close()
-		defer p.Resume()
 		addrs = append(addrs, p.Addr())
 		proxies = append(proxies, p)
 	}
-	rec := faultrec.Begin(t, faultrec.Result{Backend: "redlock", Scenario: faultrec.ClientPartitioned})
-	ctx := t.Context()
 	const ttl = time.Second
 	cut := open(t, "redlock://"+strings.Join(addrs, ","), nil)
-	other := open(t, m.URL(), nil)
-	n := name(t)
-	l, err := cut.TryAcquire(ctx, n, &fencelock.AcquireOptions{TTL: ttl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	redlock.Idle(cut) // every primary has answered the acquire
-	var res guard.Counter
-	v, err := res.Claim(ctx, uint64(l.Fence()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	type grant struct {
-		l   *fencelock.Lease
-		err error
-		at  time.Time
-	}
-	got := make(chan grant, 1)
-	go func() {
-		l2, err := other.Acquire(ctx, n, &fencelock.AcquireOptions{TTL: 30 * time.Second, Wait: 30 * time.Second})
-		got <- grant{l2, err, time.Now()}
-	}()
-
-	for _, p := range proxies {
-		p.Pause()
-	}
-	paused := time.Now()
-	select {
-	case <-l.Done():
-	case <-time.After(ttl + margin):
-		t.Fatalf("partitioned lease still held %v after the partition (TTL %v)", time.Since(paused), ttl)
-	}
-	lostAt := time.Now()
-	if !errors.Is(l.Err(), fencelock.ErrLeaseLost) {
-		t.Fatalf("partitioned lease Err = %v, want ErrLeaseLost", l.Err())
-	}
-	rec.Outcome = faultrec.Lost
-	var g grant
-	select {
-	case g = <-got:
-	case <-time.After(3*ttl + margin):
-		t.Fatalf("waiter not granted %v after the partition (TTL %v)", time.Since(paused), ttl)
-	}
-	if g.err != nil {
-		t.Fatalf("waiter: %v", g.err)
-	}
-	defer g.l.Release(ctx)
-	vu := l.ValidUntil()
-	rec.WaitGranted, rec.WaitFrom = g.at.Sub(paused), "partition"
-	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(g.l.Fence()))
-	rec.SecondHolder = faultrec.OverlapOf(!g.at.After(vu))
-	if !g.at.After(vu) {
-		t.Fatalf("waiter granted %v before the partitioned lease's ValidUntil: two holders", vu.Sub(g.at))
-	}
-	if g.l.Fence() <= l.Fence() {
-		t.Fatalf("waiter's fence %d not above the partitioned holder's %d", g.l.Fence(), l.Fence())
-	}
-	wv, err := res.Claim(ctx, uint64(g.l.Fence()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := res.WriteClaimed(ctx, uint64(g.l.Fence()), wv+1); err != nil {
-		t.Fatal(err)
-	}
-	if err := res.WriteClaimed(ctx, uint64(l.Fence()), v+100); !errors.Is(err, guard.ErrStale) {
-		rec.SecondHolder = faultrec.OverlapFound
-		t.Fatalf("stale holder's write: %v, want guard.ErrStale", err)
-	}
-	rec.Note = fmt.Sprintf("holder cut off from all 5 primaries by paused proxies, TTL %v: its lease ended locally %v after the cut; the primaries expired its keys and the waiter was granted %v after the cut; the stale holder's fenced write was rejected",
-		ttl, lostAt.Sub(paused).Round(time.Millisecond), g.at.Sub(paused).Round(time.Millisecond))
-
-	for _, p := range proxies {
-		p.Resume()
-	}
-	if err := l.Release(ctx); !errors.Is(err, fencelock.ErrLeaseLost) {
-		t.Fatalf("stale Release after the partition healed: %v, want ErrLeaseLost", err)
-	}
-	redlock.Idle(cut)
-	if _, err := cut.TryAcquire(ctx, n, nil); !errors.Is(err, fencelock.ErrNotAcquired) {
-		t.Fatalf("TryAcquire after the stale Release: %v (the stale holder freed the new holder's lock?)", err)
-	}
-	if g.l.Err() != nil {
-		t.Fatalf("new holder's lease ended: %v", g.l.Err())
-	}
-	t.Logf("%s", rec.Note)
+	faulttest.ClientPartitioned(t, faulttest.Partition{
+		Backend: "redlock",
+		Cut:     cut,
+		Other:   open(t, m.URL(), nil),
+		Pause: func() {
+			for _, p := range proxies {
+				p.Pause()
+			}
+		},
+		Resume: func() {
+			for _, p := range proxies {
+				p.Resume()
+			}
+		},
+		Settle: func() { redlock.Idle(cut) }, // every primary has answered
+		Name:   name(t), TTL: ttl,
+		LostWithin: ttl + margin, GrantWithin: 3*ttl + margin,
+		Story: "holder cut off from all 5 primaries by paused proxies, TTL %v: its lease ended locally %v after the cut; the primaries expired its keys and the waiter was granted %v after the cut; the stale holder's fenced write was rejected",
+	})
 }

@@ -139,7 +139,7 @@ func Begin(t TB, r Result) *Result {
 		return rec
 	}
 	rec.Test = t.Name()
-	rec.File, rec.Line = caller()
+	rec.File, rec.Line = caller(2)
 	t.Cleanup(func() { write(path, t, *rec) })
 	return rec
 }
@@ -157,15 +157,21 @@ func Record(t TB, r Result) {
 		return
 	}
 	r.Test = t.Name()
-	r.File, r.Line = caller()
+	r.File, r.Line = caller(2)
 	t.Cleanup(func() { write(path, t, r) })
 }
 
+// Caller returns the file (relative to the module root) and the first line
+// of the function skip frames up from its caller (0: the caller itself).
+// A shared scenario (internal/faulttest) sets a record's File and Line
+// with it, so that the record links to the backend's test that ran it.
+func Caller(skip int) (string, int) { return caller(skip + 2) }
+
 // caller returns the file (relative to the module root) and the first
-// line of the function that called Begin or Record: the test (or
-// conformance check) the record links to.
-func caller() (string, int) {
-	pc, file, line, ok := runtime.Caller(2)
+// line of the function skip frames up (runtime.Caller's count): for Begin
+// and Record, 2 is the test (or conformance check) the record links to.
+func caller(skip int) (string, int) {
+	pc, file, line, ok := runtime.Caller(skip)
 	if !ok {
 		return "", 0
 	}
