@@ -3,14 +3,8 @@
 package conformance
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/fencelock/fencelock"
@@ -31,58 +25,16 @@ func testProcessCrash(t TB, e *env) {
 		t.Skipf("harness gives no URL for a second process")
 	}
 	rec := faultrec.Begin(t, faultrec.Result{Backend: e.caps.Backend, Scenario: faultrec.HolderCrashed})
-	bin, err := exe()
-	mustNil(t, err, "os.Executable")
-	var args []string
-	if r, ok := t.(*runT); ok && r.top != "" && r.test != nil {
-		args = []string{"-test.run=^" + r.top + "$", "-test.count=1"}
-	}
 	name := e.name("x")
-	spec, _ := json.Marshal(freezeSpec{URL: url, Prefix: e.prefix, Name: name, TTL: e.ttl})
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), freezeEnv+"="+string(spec))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	mustNil(t, err, "StdoutPipe")
-	mustNil(t, cmd.Start(), "start child")
-	reaped := make(chan struct{})
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-reaped
-	})
-	acquired := make(chan []string, 1)
-	go func() {
-		defer close(reaped)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if f := strings.Fields(sc.Text()); len(f) > 1 && f[0] == "FREEZE" {
-				select {
-				case acquired <- f[1:]:
-				default:
-				}
-			}
-		}
-		_ = cmd.Wait() // after the pipe's EOF, as os/exec requires
-	}()
-	e.waiting("the child process to acquire")
-	var f []string
-	select {
-	case <-e.ctx.Done():
-		t.Fatalf("check ended before the child acquired")
-	case f = <-acquired:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("child did not acquire within 60s")
-	}
-	if f[0] != "ACQUIRED" {
-		t.Fatalf("child said %v, want ACQUIRED", f)
-	}
+	child := startHolderChild(t, e, name)
+	f := child.next(t, "ACQUIRED")
 	childFence, _ := strconv.ParseUint(f[1], 10, 64)
 
-	mustNil(t, cmd.Process.Kill(), "SIGKILL child")
+	mustNil(t, child.cmd.Process.Kill(), "SIGKILL child")
 	killed := time.Now()
 	e.waiting("the killed child to exit")
 	select {
-	case <-reaped:
+	case <-child.reaped:
 	case <-e.ctx.Done():
 		t.Fatalf("check ended before the killed child exited")
 	}

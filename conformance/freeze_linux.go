@@ -3,14 +3,9 @@
 package conformance
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -30,62 +25,14 @@ func testProcessFreeze(t TB, e *env) {
 		t.Skipf("harness gives no URL for a second process")
 	}
 	rec := faultrec.Begin(t, faultrec.Result{Backend: e.caps.Backend, Scenario: faultrec.HolderPaused})
-	bin, err := exe()
-	mustNil(t, err, "os.Executable")
-	var args []string
-	if r, ok := t.(*runT); ok && r.top != "" && r.test != nil {
-		args = []string{"-test.run=^" + r.top + "$", "-test.count=1"}
-	}
 	name := e.name("x")
-	spec, _ := json.Marshal(freezeSpec{URL: url, Prefix: e.prefix, Name: name, TTL: e.ttl})
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), freezeEnv+"="+string(spec))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	mustNil(t, err, "StdoutPipe")
-	mustNil(t, cmd.Start(), "start child")
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	lines := make(chan []string, 8)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if f := strings.Fields(sc.Text()); len(f) > 1 && f[0] == "FREEZE" {
-				select {
-				case lines <- f[1:]:
-				case <-e.ctx.Done(): // the check is over: stop reading
-					return
-				}
-			}
-		}
-	}()
-	next := func(want string) []string {
-		t.Helper()
-		e.waiting("the frozen child process to say " + want)
-		select {
-		case <-e.ctx.Done():
-			t.Fatalf("check ended before the child said %s", want)
-		case f, ok := <-lines:
-			if !ok {
-				t.Fatalf("child exited before %s", want)
-			}
-			if f[0] != want {
-				t.Fatalf("child said %v, want %s", f, want)
-			}
-			return f
-		case <-time.After(60 * time.Second):
-			t.Fatalf("child did not say %s within 60s", want)
-		}
-		return nil
-	}
+	child := startHolderChild(t, e, name)
+	next := func(want string) []string { return child.next(t, want) }
+	cmd := child.cmd
 	f := next("ACQUIRED")
 	childFence, _ := strconv.ParseUint(f[1], 10, 64)
 	var res guard.Counter
-	_, err = res.Claim(e.ctx, childFence) // the child claimed the resource, then froze
+	_, err := res.Claim(e.ctx, childFence) // the child claimed the resource, then froze
 	mustNil(t, err, "child's claim")
 
 	mustNil(t, cmd.Process.Signal(syscall.SIGSTOP), "SIGSTOP child")
