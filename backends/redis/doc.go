@@ -155,9 +155,12 @@
 //     holder's crash.
 //
 // Each Client keeps one pub/sub connection, shared by all its waiters,
-// subscribed to the channels of the locks they wait for; a waiter joins
-// the line only once the server confirmed its subscription (a PING reply),
-// so no grant is published before it can hear it. If the connection
+// subscribed to the channels of the locks they wait for (and, for a second
+// after the last waiter left, to that lock's channel still, so that a
+// client looping on a lock does not resubscribe each time); a waiter joins
+// the line only once the server confirmed its subscription (a PING reply,
+// one per channel per connection), so no grant is published before it can
+// hear it. If the connection
 // breaks, every waiter asks again (the attempt answers a grant made
 // meanwhile). Within a Client, waiters on a name queue in arrival order
 // and only the first of them is in the server's line: Clients are served

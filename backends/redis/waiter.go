@@ -51,7 +51,18 @@ type hub struct {
 	// saw before its last attempt (see blockerWait).
 	msgs  map[string]uint64
 	epoch uint64
+	// confirmed holds, per subscribed channel, 1 + the epoch in which a
+	// PING sent after its SUBSCRIBE was answered: a later waiter on the
+	// channel needs no PING of its own in that epoch. lingering holds the
+	// timers of channels nobody waits on any more, unsubscribed only when
+	// the timer fires (a waiter that comes back soon, as in a hot loop of
+	// Acquire and Release, finds its subscription in place).
+	confirmed map[string]uint64
+	lingering map[string]*time.Timer
 }
+
+// linger is how long a channel stays subscribed after its last waiter left.
+const linger = time.Second
 
 type hubOp struct {
 	kind byte // 's' SUBSCRIBE, 'u' UNSUBSCRIBE, 'p' PING
@@ -79,6 +90,9 @@ func newHub(client goredis.UniversalClient) *hub {
 		chans:   map[string]map[*waiter]struct{}{},
 		pings:   map[string]*waiter{},
 		msgs:    map[string]uint64{},
+
+		confirmed: map[string]uint64{},
+		lingering: map[string]*time.Timer{},
 	}
 }
 
@@ -153,12 +167,25 @@ func (h *hub) register(w *waiter) error {
 	if ws == nil {
 		ws = map[*waiter]struct{}{}
 		h.chans[w.channel] = ws
-		h.queue(hubOp{'s', w.channel})
+		if t, ok := h.lingering[w.channel]; ok {
+			t.Stop() // still subscribed
+			delete(h.lingering, w.channel)
+		} else {
+			h.queue(hubOp{'s', w.channel})
+		}
 	}
 	ws[w] = struct{}{}
+	if h.confirmed[w.channel] == h.epoch+1 {
+		w.epoch, w.pong = h.epoch, closedPong // in effect on this connection
+		return nil
+	}
 	h.pingLocked(w)
 	return nil
 }
+
+// closedPong is the pong of a waiter whose channel's subscription was
+// already confirmed.
+var closedPong = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // pingLocked queues a PING for w, whose reply closes w.pong: proof that
 // w's channel is subscribed on the current connection. Callers hold h.mu.
@@ -181,11 +208,28 @@ func (h *hub) leave(w *waiter) {
 	delete(ws, w)
 	if len(ws) == 0 {
 		delete(h.chans, w.channel)
-		delete(h.msgs, w.channel)
 		if !h.closed {
-			h.queue(hubOp{'u', w.channel})
+			h.lingerLocked(w.channel)
 		}
 	}
+}
+
+// lingerLocked unsubscribes ch after linger unless a waiter comes back to
+// it first. Callers hold h.mu.
+func (h *hub) lingerLocked(ch string) {
+	var t *time.Timer
+	t = time.AfterFunc(linger, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.lingering[ch] != t || h.closed {
+			return // a waiter came back, or the hub closed
+		}
+		delete(h.lingering, ch)
+		delete(h.confirmed, ch)
+		delete(h.msgs, ch)
+		h.queue(hubOp{'u', ch})
+	})
+	h.lingering[ch] = t
 }
 
 // queue appends an op for the writer. Callers hold h.mu.
@@ -340,6 +384,11 @@ func (h *hub) pong(payload string) {
 	if w := h.pings[payload]; w != nil {
 		delete(h.pings, payload)
 		close(w.pong)
+		if w.epoch == h.epoch {
+			if _, ok := h.chans[w.channel]; ok {
+				h.confirmed[w.channel] = h.epoch + 1
+			}
+		}
 	}
 }
 
@@ -360,6 +409,10 @@ func (h *hub) close() {
 	}
 	h.closed = true
 	close(h.closing)
+	for _, t := range h.lingering {
+		t.Stop()
+	}
+	clear(h.lingering)
 	ps, started := h.ps, h.started
 	h.mu.Unlock()
 	if started {
