@@ -3,7 +3,6 @@ package redis_test
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,25 +32,6 @@ func queued(t *testing.T, rc goredis.UniversalClient, name string, n int64) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-}
-
-// evalCalls is the server's count of EVALSHA calls so far.
-func evalCalls(t *testing.T, rc goredis.UniversalClient) int64 {
-	t.Helper()
-	info, err := rc.Info(t.Context(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
-			n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	return 0
 }
 
 type grantResult struct {
@@ -87,7 +67,7 @@ func TestReleaseHandsOffInOrder(t *testing.T) {
 	}
 	prev := l
 	for i := range 3 {
-		before := evalCalls(t, rc)
+		before := commandCalls(t, rc)
 		if err := prev.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +81,7 @@ func TestReleaseHandsOffInOrder(t *testing.T) {
 		if g.l.Fence() <= prev.Fence() {
 			t.Fatalf("hand-off %d: fence %d after %d", i, g.l.Fence(), prev.Fence())
 		}
-		if d := evalCalls(t, rc) - before; d != 1 {
+		if d := commandCalls(t, rc) - before; d != 1 {
 			t.Fatalf("hand-off %d ran %d scripts, want 1 (the release; the waiter is handed the lock)", i, d)
 		}
 		if tok := rc.Get(ctx, n).Val(); tok == "" {
