@@ -15,7 +15,10 @@ import (
 const recheck = time.Second
 
 // Acquire implements driver.Blocker: the first attempt costs what
-// TryAcquire does. A refused waiter then queues behind this Client's
+// TryAcquire does (on a lock this Client waited on within the last
+// second, whose subscription is still confirmed, the first attempt is
+// already a queued one: a hot lock costs no refused attempt per wait).
+// A refused waiter then queues behind this Client's
 // earlier waiters on the name (internal/localq), sending nothing until it
 // is first. The first joins the client's shared subscription to the lock's
 // channel (SUBSCRIBE, confirmed by a PING reply), then takes a place in the
@@ -37,11 +40,19 @@ const recheck = time.Second
 // nothing held; an attempt whose outcome is unknown ends the call with
 // TryAcquire's error (after TryAcquire's own cleanup).
 func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
-	sent := time.Now()
-	l, err := b.TryAcquire(ctx, req)
-	if !errors.Is(err, driver.ErrNotAcquired) {
-		return l, sent, err
+	k := keysFor(req.Name)
+	if !b.hub.subscribed(k.channel) {
+		// Not waited on lately: most likely free. If it is held, the
+		// subscription costs a round trip anyway before we may queue.
+		sent := time.Now()
+		l, err := b.TryAcquire(ctx, req)
+		if !errors.Is(err, driver.ErrNotAcquired) {
+			return l, sent, err
+		}
 	}
+	// Else this Client waited on it lately (a hot lock): skip straight to
+	// the first queued attempt, which takes a free lock just as well.
+	//
 	// Behind this Client's earlier waiters on the name, send nothing.
 	t, ok := b.queue.Join(req.Name)
 	if !ok {
@@ -55,7 +66,6 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	case <-b.hub.closing:
 		return nil, time.Time{}, driver.ErrClosed
 	}
-	k := keysFor(req.Name)
 	w := &waiter{channel: k.channel, lock: k.lock, token: req.Token, wake: make(chan struct{}, 1)}
 	if err := b.hub.register(w); err != nil {
 		return nil, time.Time{}, err

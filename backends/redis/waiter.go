@@ -183,6 +183,14 @@ func (h *hub) register(w *waiter) error {
 	return nil
 }
 
+// subscribed reports whether ch's subscription is confirmed on the current
+// connection (a waiter on it would need no PING).
+func (h *hub) subscribed(ch string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.closed && h.confirmed[ch] == h.epoch+1
+}
+
 // closedPong is the pong of a waiter whose channel's subscription was
 // already confirmed.
 var closedPong = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
