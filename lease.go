@@ -58,6 +58,7 @@ type Lease struct {
 	storeGone   bool          // the store side is known released or lost
 	renewTimer  *time.Timer
 	expiryTimer *time.Timer
+	unhook      func() bool // unregisters the driver's LossHook callback
 }
 
 func newLease(ctx context.Context, c *Client, name string, o resolved, dl driver.Lease, sent time.Time) *Lease {
@@ -90,9 +91,18 @@ func (l *Lease) start() {
 			l.markStoreGone()
 			l.end(l.lostErr("the store dropped the lease"))
 		})
-		// Unregister when the lease ends first, so that nothing is kept
-		// per ended lease.
-		context.AfterFunc(l.ctx, func() { stop() })
+		// Unregister when the lease ends first (in end, synchronously:
+		// no goroutine per lease end), so that nothing is kept per ended
+		// lease.
+		l.mu.Lock()
+		ended := l.ended
+		if !ended {
+			l.unhook = stop
+		}
+		l.mu.Unlock()
+		if ended {
+			stop()
+		}
 		return
 	}
 	if ln, ok := l.dl.(driver.LossNotifier); ok {
@@ -461,7 +471,12 @@ func (l *Lease) end(cause error) {
 	if l.expiryTimer != nil {
 		l.expiryTimer.Stop()
 	}
+	unhook := l.unhook
+	l.unhook = nil
 	l.mu.Unlock()
+	if unhook != nil {
+		unhook() // like context.AfterFunc's stop: never blocks
+	}
 	// Bookkeeping first, so that whoever sees Done also sees the metrics.
 	l.c.forget(l)
 	l.c.m.held(l.sent)
