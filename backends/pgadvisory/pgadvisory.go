@@ -81,10 +81,11 @@
 // when the TTL changes — which resets the server's idle timer. The longest
 // TTL is MaxTTL (the setting's limit, about 24.8 days).
 //
-// Blocking Acquire waits in the server's own lock queue (pg_advisory_xact_lock,
-// FIFO): a waiter is granted the moment the holder commits, without polling.
-// statement_timeout and lock_timeout are lifted for the wait and restored
-// after it. A cancelled wait sends a cancel request, then closes its
+// Blocking Acquire waits in the server's own lock queue (pg_advisory_lock
+// with the fence flush on, see Fence; pg_advisory_xact_lock with it off;
+// one FIFO queue for both): a waiter is granted the moment the holder
+// commits, without polling. statement_timeout and lock_timeout are lifted
+// for the wait and restored after it. A cancelled wait sends a cancel request, then closes its
 // connection instead of returning it to the pool, so nothing is left held
 // and no late cancel request can hit another user of that connection.
 //
@@ -609,8 +610,8 @@ func (b *backend) waitSlot(ctx context.Context, req driver.AcquireRequest) (driv
 const maxCutRetries = 3
 
 // errCutBeforeReturn: the server cut a grant (its idle timeout) before
-// Acquire could return it, because making its fence durable took longer
-// than the TTL.
+// Acquire could return it: the renewal that restarts the TTL after a long
+// wait came too late.
 var errCutBeforeReturn = errors.New("pgadvisory: the server cut the grant before it was returned")
 
 // acquireOnce waits once in the server's queue.
