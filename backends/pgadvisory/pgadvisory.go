@@ -133,7 +133,8 @@
 // reply is sent: after a crash the server restarts past it
 // (TestFenceSurvivesServerCrash kills the server right after a grant;
 // without the flush the fence repeats). Blocking Acquire does the same with
-// pg_advisory_lock, so the flush adds no round trip to a hand-off either.
+// pg_advisory_lock, so the flush adds no round trip to a hand-off either
+// (TestFenceSurvivesServerCrashAfterWait).
 // The setting fencelock.held (set in the session by every such grant) tells
 // the second part whether the first got the lock; a miss leaves the lease's
 // transaction empty and it is rolled back. This is what makes the guarantee
