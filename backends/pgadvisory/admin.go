@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Expire implements driver.Admin: it terminates, with
@@ -39,8 +40,8 @@ func (b *backend) Expire(ctx context.Context, name string) error {
 
 // KillSessions implements driver.Admin: it terminates, with
 // pg_terminate_backend, every server session of this backend: the
-// connections of held leases and of waiting acquires, the idle connections
-// of the pool, and the fence-flush connection, and waits until they have
+// connections of held leases and of waiting acquires and the idle
+// connections of the pool, and waits until they have
 // exited, which frees their locks; the leases see their
 // connections closed and report the loss. Later requests use new
 // connections. It runs on a connection of its own, opened with the pool's
@@ -63,11 +64,6 @@ func (b *backend) KillSessions(ctx context.Context) error {
 	idle := b.pool.AcquireAllIdle(ctx)
 	for _, pc := range idle {
 		pids[pc.Conn().PgConn().PID()] = true
-	}
-	if b.flush != nil {
-		if pid := b.flush.pid(); pid != 0 {
-			pids[pid] = true
-		}
 	}
 	list := make([]int32, 0, len(pids))
 	for pid := range pids {
@@ -127,4 +123,26 @@ func terminate(ctx context.Context, conn *pgx.Conn, pids []int32) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// connectLike opens a connection outside pool with its settings and hooks.
+func connectLike(ctx context.Context, pool *pgxpool.Pool) (*pgx.Conn, error) {
+	pc := pool.Config()
+	cc := pc.ConnConfig
+	if pc.BeforeConnect != nil {
+		if err := pc.BeforeConnect(ctx, cc); err != nil {
+			return nil, err
+		}
+	}
+	c, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	if pc.AfterConnect != nil {
+		if err := pc.AfterConnect(ctx, c); err != nil {
+			_ = c.Close(ctx)
+			return nil, err
+		}
+	}
+	return c, nil
 }

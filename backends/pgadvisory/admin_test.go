@@ -3,6 +3,7 @@ package pgadvisory_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -260,8 +261,11 @@ func TestLeaseAsTx(t *testing.T) {
 	if tx2, ok := pgadvisory.Tx(l); !ok || tx2 != tx {
 		t.Fatalf("Tx(l) = %v, %v; want the same Tx as As", tx2, ok)
 	}
-	if fence := l.Fence().String(); fence != id {
-		t.Fatalf("statement ran in transaction %s, the lease's fence is %s", id, fence)
+	// With the fence flush on (the default), the fence is the ID of the
+	// durable transaction the session committed just before the lease's
+	// transaction began, while it held the lock: below the lease's own ID.
+	if txid, err := strconv.ParseUint(id, 10, 64); err != nil || uint64(l.Fence()) >= txid {
+		t.Fatalf("statement ran in transaction %s, the lease's fence is %s: want a fence below it", id, l.Fence())
 	}
 	if l.As(new(int)) || l.As(nil) {
 		t.Fatal("As accepted an unsupported target")
@@ -272,6 +276,19 @@ func TestLeaseAsTx(t *testing.T) {
 	var after pgx.Tx
 	if l.As(&after) {
 		t.Fatal("As gave a Tx after Release")
+	}
+	// With fence_flush=false the fence is the lease's own transaction ID.
+	l, err = e.client("fence_flush=false").TryAcquire(e.ctx, e.name(), &fencelock.AcquireOptions{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(e.ctx)
+	tx, _ = pgadvisory.Tx(l)
+	if err := tx.QueryRow(e.ctx, "SELECT pg_current_xact_id()::text").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if fence := l.Fence().String(); fence != id {
+		t.Fatalf("fence_flush=false: statement ran in transaction %s, the lease's fence is %s", id, fence)
 	}
 }
 

@@ -272,6 +272,55 @@ func TestFenceSurvivesServerCrash(t *testing.T) {
 	}
 }
 
+// TestFenceSurvivesServerCrashAfterWait: a grant handed out by a waiter in
+// the server's queue (blocking Acquire, whose query flushes the fence
+// itself) is durable too: the server is killed (SIGKILL) right after the
+// waiter's grant returns, and the next fence is higher.
+func TestFenceSurvivesServerCrashAfterWait(t *testing.T) {
+	pg := testserver.StartPostgresProcess(t)
+	name := newEnvURL(t, pg.URL()).name()
+	for round := range 2 {
+		e := newEnvURL(t, pg.URL()) // a fresh admin pool: the crash broke the last one's connections
+		a, b := e.client(""), e.client("")
+		l1, err := a.TryAcquire(e.ctx, name, opts(30*time.Second, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := acquireAsync(e.ctx, b, name, opts(30*time.Second, false))
+		e.waitFor(5*time.Second, "waiter queued", func() (bool, error) { n, err := e.waiters(pgadvisory.Key(name)); return n == 1, err })
+		if err := l1.Release(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.l.Fence() <= l1.Fence() {
+			t.Fatalf("round %d: waiter's fence %d, not above the holder's %d", round, r.l.Fence(), l1.Fence())
+		}
+		if err := pg.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := pg.Start(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		c := e.client("")
+		l2, err := c.TryAcquire(e.ctx, name, opts(30*time.Second, false))
+		if err != nil {
+			t.Fatalf("TryAcquire after the crash: %v", err)
+		}
+		if l2.Fence() <= r.l.Fence() {
+			t.Fatalf("round %d: fence %d after the crash, not above the waiter's %d", round, l2.Fence(), r.l.Fence())
+		}
+		if err := l2.Release(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		_ = a.Close()
+		_ = b.Close()
+		_ = c.Close()
+	}
+}
+
 // TestLongWaitStartsTTLAtGrant: a waiter granted after waiting longer than
 // its TTL gets a validity deadline counted from after the grant, not from
 // when it started waiting, and keeps the lease.

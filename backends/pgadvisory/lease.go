@@ -285,11 +285,6 @@ func (l *lease) localDeadline() time.Time {
 // connection (a closing backend).
 func (l *lease) abandon() { l.abandonWith(discard) }
 
-// abandonConfirmed ends the lease with a ROLLBACK whose reply confirms that
-// the lock is free before it returns (closing the connection only if that
-// fails): for a grant that fails, whose caller must find nothing held.
-func (l *lease) abandonConfirmed() { l.abandonWith(rollback) }
-
 func (l *lease) abandonWith(free func(*pgxpool.Conn)) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()

@@ -37,13 +37,17 @@
 //
 // # Lease = transaction
 //
-// A grant is one round trip on a connection taken from the pool:
+// A grant is one round trip on a connection taken from the pool, which
+// ends in the lease's transaction holding pg_advisory_xact_lock(<key>)
+// with its TTL set:
 //
 //	BEGIN;
 //	SELECT set_config('idle_in_transaction_session_timeout', '<TTL ms>', true),
 //	       CASE WHEN pg_try_advisory_xact_lock(<key>) THEN pg_current_xact_id() END;
 //
-// The connection stays checked out, idle in that transaction, until the
+// is the query with the fence flush off; with it on (the default) the same
+// query first makes the fence durable (see Fence). The connection stays
+// checked out, idle in that transaction, until the
 // lease ends; each held lease and each waiting Acquire uses one connection
 // of the pool, so size pool_max_conns for them (pgx's default is the larger
 // of 4 and the number of CPUs), and PostgreSQL's max_connections: an open
@@ -77,44 +81,77 @@
 // when the TTL changes — which resets the server's idle timer. The longest
 // TTL is MaxTTL (the setting's limit, about 24.8 days).
 //
-// Blocking Acquire waits in the server's own lock queue (pg_advisory_xact_lock,
-// FIFO): a waiter is granted the moment the holder commits, without polling.
-// statement_timeout and lock_timeout are lifted for the wait and restored
-// after it. A cancelled wait sends a cancel request, then closes its
+// Blocking Acquire waits in the server's own lock queue (pg_advisory_lock
+// with the fence flush on, see Fence; pg_advisory_xact_lock with it off;
+// one FIFO queue for both): a waiter is granted the moment the holder
+// commits, without polling. statement_timeout and lock_timeout are lifted
+// for the wait and restored after it. A cancelled wait sends a cancel request, then closes its
 // connection instead of returning it to the pool, so nothing is left held
 // and no late cancel request can hit another user of that connection.
 //
 // # Fence
 //
-// The fence is the lease transaction's own ID, pg_current_xact_id(), taken
-// right after the lock is granted. Transaction IDs are 64-bit (xid8: epoch
-// and xid), assigned from one cluster-wide counter, and never reused nor
-// rolled back (a rolled-back transaction's ID is consumed too), so a grant
-// after another grant of the same name always has a larger fence: the next
-// holder's ID is assigned after the previous holder's transaction ended. It
-// fits in an int64 and is never 0. No table or sequence is needed, so the
-// backend works for any role that can connect, and behind PgBouncer. A
-// sequence would do as well but needs DDL; a counter row updated in the
-// lease's transaction would not (it rolls back with a lost lease).
+// Fences are transaction IDs, pg_current_xact_id(), taken while the session
+// holds the lock. Transaction IDs are 64-bit (xid8: epoch and xid), assigned
+// from one cluster-wide counter, and never reused nor rolled back (a
+// rolled-back transaction's ID is consumed too), so a grant after another
+// grant of the same name always has a larger fence: the next holder's ID is
+// assigned after it got the lock, hence after the previous holder let it go,
+// hence after the previous holder's ID was assigned. It fits in an int64 and
+// is never 0. No table or sequence is needed, so the backend works for any
+// role that can connect, and behind PgBouncer. A sequence would do as well
+// but needs DDL; a counter row updated in the lease's transaction would not
+// (it rolls back with a lost lease).
 //
 // An ID that no durable WAL record mentions can be handed out again after a
-// server crash (not after a clean restart): a lease transaction writes no
-// WAL, so its ID becomes durable only with a later record. Before a grant is
-// returned, therefore, the backend commits one small transactional WAL
-// message on a connection of its own, with synchronous_commit not off:
+// server crash (not after a clean restart): crash recovery restarts the
+// counter past the last checkpoint's and every replayed record's IDs, and no
+// further. So with the fence flush on (the default) the fence is the ID of a
+// transaction that commits durably before the grant returns, all in the
+// grant's one round trip:
 //
-//	SELECT pg_logical_emit_message(true, 'fencelock', '')
+//	BEGIN;
+//	SELECT CASE WHEN l THEN pg_current_xact_id() END,                       -- the fence
+//	       CASE WHEN l THEN pg_logical_emit_message(true, 'fencelock', '') END,
+//	       <synchronous_commit raised from off to local, for this commit>,
+//	       set_config('fencelock.held', CASE WHEN l THEN '<key>' ELSE '' END, false)
+//	  FROM (SELECT pg_try_advisory_lock(<key>) AS l) AS s;
+//	COMMIT;
+//	BEGIN;                                                                   -- the lease's transaction
+//	SELECT set_config('idle_in_transaction_session_timeout', '<TTL ms>', true),
+//	       CASE WHEN current_setting('fencelock.held', true) = '<key>' THEN
+//	         (SELECT pg_advisory_unlock(<key>) FROM (SELECT pg_advisory_xact_lock(<key>)) AS x) END;
 //
-// It is committed after the fence was assigned, so once it is durable the
-// server restarts past the fence, even after a crash (TestFenceSurvivesServerCrash
-// kills the server right after a grant; without the flush the fence repeats). Concurrent grants share one such commit (group
-// commit). This is what makes the guarantee FenceStrict: as strong as
-// PostgreSQL's durability of a committed transaction (with synchronous
-// replication, across failover too; with asynchronous replicas a failover
-// can lose it, as it can lose any commit). Config.NoFenceFlush skips the
-// commit, saving a round trip per grant, and declares FenceBestEffort.
-// Logical decoding plugins see the messages (prefix "fencelock") only if
-// they ask for messages.
+// The session takes the lock at session level, which outlives the first
+// transaction; assigns the fence; writes a transactional WAL message, so
+// that the COMMIT writes WAL and therefore waits until its commit record,
+// which names the fence, is flushed (with synchronous replication, until
+// the standbys have it too); then the lease's transaction takes the same
+// lock at transaction level — granted at once, since this session holds it
+// — and drops the session-level hold. The lock never leaves the session, so
+// the fence was assigned while it was held, and it is durable before the
+// reply is sent: after a crash the server restarts past it
+// (TestFenceSurvivesServerCrash kills the server right after a grant;
+// without the flush the fence repeats). Blocking Acquire does the same with
+// pg_advisory_lock, so the flush adds no round trip to a hand-off either
+// (TestFenceSurvivesServerCrashAfterWait).
+// The setting fencelock.held (set in the session by every such grant) tells
+// the second part whether the first got the lock; a miss leaves the lease's
+// transaction empty and it is rolled back. This is what makes the guarantee
+// FenceStrict: as strong as PostgreSQL's durability of a committed
+// transaction (with synchronous replication, across failover too; with
+// asynchronous replicas a failover can lose it, as it can lose any commit).
+// The lease's own transaction then writes nothing, so Release's COMMIT is
+// not flushed. A query that fails, or whose caller gives up, closes its
+// connection, which ends the session and frees a session-level hold too.
+//
+// Config.NoFenceFlush (fence_flush=false) uses the lease transaction's own
+// ID, taken in the query shown under "Lease = transaction": no WAL flush per
+// grant, and FenceBestEffort. Both kinds of fence are IDs assigned while the
+// lock was held, so clients with and without the flush, and older versions
+// of this package (whose strict fence was the lease transaction's ID), may
+// share names. Logical decoding plugins see the messages (prefix
+// "fencelock") only if they ask for messages.
 //
 // # Transaction-scoped mode
 //
@@ -136,30 +173,32 @@
 // terminates (pg_terminate_backend) the session holding the advisory lock
 // of a name, found in pg_locks, whichever client it belongs to; KillSessions
 // terminates every session of this Client (held leases, waiters, idle pool
-// connections, the fence-flush connection). Both run on a connection of
+// connections). Both run on a connection of
 // their own and need the pg_signal_backend role (or the same role as the
 // sessions, or a superuser).
 //
 // # PgBouncer
 //
-// Everything is transaction-scoped (no session-level lock or setting
-// survives the transaction), statements are sent with the simple query
-// protocol, and cancel requests go through PgBouncer, so the backend works
-// behind PgBouncer in transaction pooling mode. The fence flush uses its
-// own connection, which may land on any server connection: it only has to
-// reach the same PostgreSQL server.
+// Locks and settings are transaction-scoped, statements are sent with the
+// simple query protocol, and cancel requests go through PgBouncer, so the
+// backend works behind PgBouncer in transaction pooling mode. The strict
+// grant's session-level hold lasts only within one query, inside which
+// PgBouncer keeps the server connection; the placeholder setting
+// fencelock.held stays in the session, harmlessly. If that query fails
+// between its two transactions, the backend asks the session to drop its
+// session-level advisory locks (pg_advisory_unlock_all) before it closes
+// the connection, since behind PgBouncer closing it does not end the server
+// session.
 //
 // # Cost
 //
-// Uncontended, a grant is one round trip plus, with the fence flush on
-// (the default), one more on the flush connection (group-committed across
-// concurrent grants); Release is one; a TryAcquire that finds the lock held
-// is two (the lease transaction is rolled back). The raw pgx way — Begin,
-// SELECT pg_try_advisory_xact_lock, Commit — is three. A hand-off is the
-// holder's COMMIT plus the waiter's fence flush. Each Client keeps one extra
-// connection for the flush, opened with the pool's settings and hooks.
-// PostgreSQL 17's pg_logical_emit_message(..., flush => true) could make the
-// flush part of the grant's own round trip; this package does not use it yet.
+// Uncontended, a grant is one round trip (with the fence flush on, the
+// default, it includes one WAL flush on the server); Release is one; a
+// TryAcquire that finds the lock held is two (the lease transaction is
+// rolled back). The raw pgx way — Begin, SELECT pg_try_advisory_xact_lock,
+// Commit — is three. A hand-off is the holder's COMMIT, then the waiter's
+// server session flushes its fence and answers. Concurrent grants share WAL
+// flushes through PostgreSQL's own group commit.
 //
 // # Loss
 //
@@ -178,7 +217,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -203,7 +241,7 @@ const MaxTTL = time.Duration(math.MaxInt32) * time.Millisecond
 // is the default.
 type Config struct {
 	// NoFenceFlush skips the durable commit that makes each fence survive a
-	// server crash (see the package doc), saving one round trip per grant.
+	// server crash (see the package doc), saving a WAL flush per grant.
 	// Capabilities then declare FenceBestEffort. URL: fence_flush=false.
 	NoFenceFlush bool
 	// ConnTimeout bounds the wait for a free connection of the pool (every
@@ -229,8 +267,7 @@ const DefaultConnTimeout = 5 * time.Second
 // pool. opts may be nil. New panics if pool is nil.
 //
 // The Client does not own pool: Client.Close ends the Client's leases and
-// goroutines and closes its own fence-flush connection, but leaves pool open
-// for the caller to close after it.
+// goroutines, but leaves pool open for the caller to close after it.
 func New(pool *pgxpool.Pool, opts *fencelock.Options) *fencelock.Client {
 	return NewWithConfig(pool, nil, opts)
 }
@@ -246,11 +283,11 @@ func NewWithConfig(pool *pgxpool.Pool, cfg *Config, opts *fencelock.Options) *fe
 // backend is the driver. It implements driver.Backend, driver.Blocker and
 // driver.Aser.
 type backend struct {
-	pool  *pgxpool.Pool
-	owns  bool // Close closes pool (URL-opened)
-	caps  driver.Capabilities
-	flush *flusher // nil with Config.NoFenceFlush
-	watch *watcher
+	pool   *pgxpool.Pool
+	owns   bool // Close closes pool (URL-opened)
+	caps   driver.Capabilities
+	strict bool // fence made durable before the grant returns (not Config.NoFenceFlush)
+	watch  *watcher
 
 	connTimeout time.Duration
 	waitSlots   chan struct{} // one per blocked Acquire holding a connection (Config.MaxWaitConns)
@@ -281,7 +318,7 @@ func newBackend(pool *pgxpool.Pool, owns bool, cfg *Config) *backend {
 	b.caps = driver.Capabilities{
 		Backend:        "pgadvisory",
 		Fence:          driver.FenceStrict,
-		FenceSource:    "pg_current_xact_id() of the lease's transaction (xid8), made crash-durable by a committed WAL message before the grant returns",
+		FenceSource:    "pg_current_xact_id() of a transaction committed durably (a WAL message, flushed) while the session held the lock, just before the lease's transaction began",
 		MinTTL:         MinTTL,
 		TTLGranularity: time.Millisecond,
 		TimeAuthority:  driver.TimeServer,
@@ -293,7 +330,7 @@ func newBackend(pool *pgxpool.Pool, owns bool, cfg *Config) *backend {
 		b.caps.Fence = driver.FenceBestEffort
 		b.caps.FenceSource = "pg_current_xact_id() of the lease's transaction (xid8); may repeat after a server crash (fence flush off)"
 	} else {
-		b.flush = newFlusher(pool)
+		b.strict = true
 	}
 	return b
 }
@@ -309,7 +346,7 @@ func (b *backend) As(target any) bool {
 	return false
 }
 
-// Close stops the watcher and the fence flusher, closes the connections of
+// Close stops the watcher, closes the connections of
 // leases still held (the server frees their locks at once), and closes the
 // pool if the backend opened it.
 func (b *backend) Close() error {
@@ -323,9 +360,6 @@ func (b *backend) Close() error {
 	b.ops.Wait()
 	for _, l := range b.watch.close() {
 		l.abandon()
-	}
-	if b.flush != nil {
-		b.flush.close()
 	}
 	if b.owns {
 		b.pool.Close()
@@ -434,10 +468,10 @@ func ttlMillis(ttl time.Duration) (int64, error) {
 	return int64(ms), nil
 }
 
-// TryAcquire implements driver.Backend: one round trip opens the lease
-// transaction and tries the lock; a miss costs a second one (ROLLBACK).
-// When it returns an error nothing is held: a connection whose state is
-// unknown is closed, which ends its transaction.
+// TryAcquire implements driver.Backend: one round trip tries the lock,
+// makes the fence durable (strict) and opens the lease transaction; a miss
+// costs a second one (ROLLBACK). When it returns an error nothing is held:
+// a connection whose state is unknown is closed, which ends its session.
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
 	ms, err := ttlMillis(req.TTL)
 	if err != nil {
@@ -452,18 +486,33 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	if err != nil {
 		return nil, err
 	}
-	if b.flush != nil {
-		b.flush.warm()
-	}
 	sent := time.Now()
-	sql := "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '" + strconv.FormatInt(ms, 10) +
-		"', true), CASE WHEN pg_try_advisory_xact_lock(" + strconv.FormatInt(key, 10) + ") THEN pg_current_xact_id()::text END"
-	rs, err := execDetached(ctx, pc.Conn().PgConn(), sql)
-	if err == nil {
-		err = resultErr(rs, 2, 2)
+	var rs []*pgconn.Result
+	var fv []byte
+	if b.strict {
+		rs, err = execDetached(ctx, pc.Conn().PgConn(), tryStrictSQL(key, ms))
+		if err == nil {
+			err = resultErr(rs, 5, 2)
+		}
+		if err == nil {
+			fv = rs[1].Rows[0][0]
+			if fv != nil && string(rs[4].Rows[0][1]) != "t" {
+				err = fmt.Errorf("pgadvisory: the lease's transaction did not take over the session's lock (got %q)", rs[4].Rows[0][1])
+			}
+		}
+	} else {
+		sql := "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '" + strconv.FormatInt(ms, 10) +
+			"', true), CASE WHEN pg_try_advisory_xact_lock(" + strconv.FormatInt(key, 10) + ") THEN pg_current_xact_id()::text END"
+		rs, err = execDetached(ctx, pc.Conn().PgConn(), sql)
+		if err == nil {
+			err = resultErr(rs, 2, 2)
+		}
+		if err == nil {
+			fv = rs[1].Rows[0][1]
+		}
 	}
 	if err != nil {
-		discard(pc)
+		b.discard(pc)
 		err = storeErr(ctx, "try to take the lock", err)
 		if ctx.Err() != nil {
 			// No reply within cleanupTimeout after ctx ended: the server
@@ -472,7 +521,6 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 		}
 		return nil, err
 	}
-	fv := rs[1].Rows[0][1]
 	if fv == nil {
 		rollback(pc)
 		return nil, fmt.Errorf("%w (advisory lock key %d is held by another session)", driver.ErrNotAcquired, key)
@@ -482,7 +530,7 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 		rollback(pc)
 		return nil, ctxErr(ctx)
 	}
-	l, err := b.grant(ctx, pc, req, key, fv, ms, sent)
+	l, err := b.grant(pc, req, key, fv, ms, sent)
 	if err != nil {
 		return nil, err
 	}
@@ -563,8 +611,8 @@ func (b *backend) waitSlot(ctx context.Context, req driver.AcquireRequest) (driv
 const maxCutRetries = 3
 
 // errCutBeforeReturn: the server cut a grant (its idle timeout) before
-// Acquire could return it, because making its fence durable took longer
-// than the TTL.
+// Acquire could return it: the renewal that restarts the TTL after a long
+// wait came too late.
 var errCutBeforeReturn = errors.New("pgadvisory: the server cut the grant before it was returned")
 
 // acquireOnce waits once in the server's queue.
@@ -573,9 +621,6 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 	pc, err := b.conn(ctx)
 	if err != nil {
 		return nil, time.Time{}, err
-	}
-	if b.flush != nil {
-		b.flush.warm()
 	}
 	b.mu.Lock()
 	b.waiting[pc] = struct{}{}
@@ -586,20 +631,7 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 		b.mu.Unlock()
 	}()
 	pg := pc.Conn().PgConn()
-	var sb strings.Builder
-	sb.WriteString("BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '")
-	sb.WriteString(strconv.FormatInt(ms, 10))
-	sb.WriteString("', true), set_config('fencelock.statement_timeout', current_setting('statement_timeout'), true)," +
-		" set_config('fencelock.lock_timeout', current_setting('lock_timeout'), true)," +
-		" set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)")
-	if serverMajor(pg.ParameterStatus("server_version")) >= 14 {
-		// A waiter whose client vanished leaves the queue within a second.
-		sb.WriteString(", set_config('client_connection_check_interval', '1000', true)")
-	}
-	sb.WriteString("; SELECT pg_advisory_xact_lock(")
-	sb.WriteString(strconv.FormatInt(key, 10))
-	sb.WriteString("); SELECT set_config('statement_timeout', current_setting('fencelock.statement_timeout'), true)," +
-		" set_config('lock_timeout', current_setting('fencelock.lock_timeout'), true), pg_current_xact_id()::text")
+	sql := waitSQL(key, ms, b.strict, serverMajor(pg.ParameterStatus("server_version")) >= 14)
 
 	// The wait runs detached from ctx: when ctx ends we ask the server to
 	// cancel it (the connection survives), and only if that does not end it
@@ -632,26 +664,42 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 		}
 	})
 	sent := time.Now()
-	rs, err := pg.Exec(execCtx, sb.String()).ReadAll()
+	rs, err := pg.Exec(execCtx, sql).ReadAll()
 	cancelExec() // the wait is over: release the AfterFunc, if it runs
 	if !stop() {
 		<-cancelled
 	}
 	if ctx.Err() != nil {
 		// Granted or not, nothing may stay held: closing the connection ends
-		// the transaction (and keeps a late cancel request from reaching a
+		// the session (and keeps a late cancel request from reaching a
 		// later user of the connection).
-		discard(pc)
+		b.discard(pc)
 		return nil, time.Time{}, ctxErr(ctx)
 	}
-	if err == nil {
-		err = resultErr(rs, 4, 3)
+	var fv []byte
+	if b.strict {
+		if err == nil {
+			err = resultErr(rs, 7, 2)
+		}
+		if err == nil {
+			fv = rs[3].Rows[0][0]
+			if string(rs[6].Rows[0][1]) != "t" {
+				err = fmt.Errorf("pgadvisory: the lease's transaction did not take over the session's lock (got %q)", rs[6].Rows[0][1])
+			}
+		}
+	} else {
+		if err == nil {
+			err = resultErr(rs, 4, 3)
+		}
+		if err == nil {
+			fv = rs[3].Rows[0][2]
+		}
 	}
 	if err != nil {
-		discard(pc)
+		b.discard(pc)
 		return nil, time.Time{}, storeErr(ctx, "wait for the lock", err)
 	}
-	l, err := b.grant(ctx, pc, req, key, rs[3].Rows[0][2], ms, sent)
+	l, err := b.grant(pc, req, key, fv, ms, sent)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -680,21 +728,15 @@ const (
 	cancelRetry = 50 * time.Millisecond
 )
 
-// grant turns a granted transaction into a lease: it parses the fence,
-// makes it durable, and starts watching the connection.
-func (b *backend) grant(ctx context.Context, pc *pgxpool.Conn, req driver.AcquireRequest, key int64, fv []byte, ms int64, sent time.Time) (*lease, error) {
+// grant turns a granted transaction into a lease: it parses the fence and
+// starts watching the connection.
+func (b *backend) grant(pc *pgxpool.Conn, req driver.AcquireRequest, key int64, fv []byte, ms int64, sent time.Time) (*lease, error) {
 	fence, err := strconv.ParseInt(string(fv), 10, 64)
 	if err != nil || fence <= 0 {
 		discard(pc)
 		return nil, fmt.Errorf("pgadvisory: pg_current_xact_id() returned %q, not a positive int64", fv)
 	}
 	l := newLease(b, pc, req.Name, key, uint64(fence), ms, sent)
-	if b.flush != nil {
-		if err := b.flush.wait(ctx); err != nil {
-			l.abandonConfirmed()
-			return nil, storeErr(ctx, "make the fence durable (pg_logical_emit_message)", err)
-		}
-	}
 	b.watch.add(l)
 	return l, nil
 }
