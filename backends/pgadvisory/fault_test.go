@@ -13,8 +13,8 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/pgadvisory"
-	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/internal/faultrec"
+	"github.com/fencelock/fencelock/internal/faulttest"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -517,80 +517,20 @@ func TestFaultClientPartitioned(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer proxy.Close()
-	defer proxy.Resume()
-	rec := faultrec.Begin(t, faultrec.Result{Backend: "pgadvisory", Scenario: faultrec.ClientPartitioned})
 	u.Host = proxy.Addr()
-	cut := newEnvURL(t, u.String()).client("")
-	other := e.client("")
 	name := e.name()
 	const ttl = time.Second
-	l, err := cut.TryAcquire(e.ctx, name, opts(ttl, true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res guard.Counter
-	v, err := res.Claim(e.ctx, uint64(l.Fence()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := acquireAsync(e.ctx, other, name, opts(30*time.Second, true))
-	e.waitFor(5*time.Second, "waiter queued in the server", func() (bool, error) { n, err := e.waiters(pgadvisory.Key(name)); return n == 1, err })
-
-	proxy.Pause()
-	paused := time.Now()
-	select {
-	case <-l.Done():
-	case <-time.After(ttl + time.Second):
-		t.Fatalf("partitioned lease still held %v after the partition (TTL %v)", time.Since(paused), ttl)
-	}
-	lostAt := time.Now()
-	if !errors.Is(l.Err(), fencelock.ErrLeaseLost) {
-		t.Fatalf("partitioned lease Err = %v, want ErrLeaseLost", l.Err())
-	}
-	rec.Outcome = faultrec.Lost
-	var r acquired
-	select {
-	case r = <-got:
-	case <-time.After(5 * ttl):
-		t.Fatalf("waiter not granted %v after the partition (TTL %v)", time.Since(paused), ttl)
-	}
-	if r.err != nil {
-		t.Fatalf("waiter: %v", r.err)
-	}
-	defer r.l.Release(e.ctx)
-	vu := l.ValidUntil()
-	rec.WaitGranted, rec.WaitFrom = r.at.Sub(paused), "partition"
-	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(r.l.Fence()))
-	rec.SecondHolder = faultrec.OverlapOf(!r.at.After(vu))
-	if !r.at.After(vu) {
-		t.Fatalf("waiter granted %v before the partitioned lease's ValidUntil: two holders", vu.Sub(r.at))
-	}
-	if r.l.Fence() <= l.Fence() {
-		t.Fatalf("waiter's fence %d not above the partitioned holder's %d", r.l.Fence(), l.Fence())
-	}
-	wv, err := res.Claim(e.ctx, uint64(r.l.Fence()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := res.WriteClaimed(e.ctx, uint64(r.l.Fence()), wv+1); err != nil {
-		t.Fatal(err)
-	}
-	if err := res.WriteClaimed(e.ctx, uint64(l.Fence()), v+100); !errors.Is(err, guard.ErrStale) {
-		rec.SecondHolder = faultrec.OverlapFound
-		t.Fatalf("stale holder's write: %v, want guard.ErrStale", err)
-	}
-	rec.Note = fmt.Sprintf("holder behind a paused proxy, TTL %v: its lease ended locally %v after the cut; the server ended the idle holder's session and the queued waiter was granted %v after the cut; the stale holder's fenced write was rejected",
-		ttl, lostAt.Sub(paused).Round(time.Millisecond), r.at.Sub(paused).Round(time.Millisecond))
-
-	proxy.Resume()
-	if err := l.Release(e.ctx); !errors.Is(err, fencelock.ErrLeaseLost) {
-		t.Fatalf("stale Release after the partition healed: %v, want ErrLeaseLost", err)
-	}
-	if _, err := other.TryAcquire(e.ctx, name, nil); !errors.Is(err, fencelock.ErrNotAcquired) {
-		t.Fatalf("TryAcquire after the stale Release: %v (the new holder's lock is gone?)", err)
-	}
-	if r.l.Err() != nil {
-		t.Fatalf("new holder's lease ended: %v", r.l.Err())
-	}
-	t.Logf("%s", rec.Note)
+	faulttest.ClientPartitioned(t, faulttest.Partition{
+		Backend: "pgadvisory",
+		Cut:     newEnvURL(t, u.String()).client(""),
+		Other:   e.client(""),
+		Pause:   proxy.Pause, Resume: proxy.Resume,
+		Name: name, TTL: ttl,
+		Hold: opts(ttl, true), Wait: opts(30*time.Second, true),
+		Queued: func() {
+			e.waitFor(5*time.Second, "waiter queued in the server", func() (bool, error) { n, err := e.waiters(pgadvisory.Key(name)); return n == 1, err })
+		},
+		LostWithin: ttl + time.Second, GrantWithin: 5 * ttl,
+		Story: "holder behind a paused proxy, TTL %v: its lease ended locally %v after the cut; the server ended the idle holder's session and the queued waiter was granted %v after the cut; the stale holder's fenced write was rejected",
+	})
 }

@@ -145,7 +145,7 @@ func ClientPartitioned(t *testing.T, p Partition) {
 	if p.Settle != nil {
 		p.Settle()
 	}
-	if _, err := p.Cut.TryAcquire(ctx, p.Name, nil); !errors.Is(err, fencelock.ErrNotAcquired) {
+	if _, err := p.Other.TryAcquire(ctx, p.Name, nil); !errors.Is(err, fencelock.ErrNotAcquired) {
 		t.Fatalf("TryAcquire after the stale Release: %v (the stale holder freed the new holder's lock?)", err)
 	}
 	if g.l.Err() != nil {
