@@ -34,15 +34,15 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 		return nil, err
 	}
 	parent, prefix := LockPath(b.root, req.Name), nodePrefix(req.Token)
-	p, err := b.createNode(ctx, s, parent, prefix)
+	p, sid, err := b.createNode(ctx, s, parent, prefix)
 	if err != nil {
 		return nil, err
 	}
-	q, stat, sent, err := b.check(ctx, s, parent, prefix, p, nil)
+	q, fence, sent, err := b.check(ctx, s, parent, prefix, p, sid)
 	if err == nil && ctx.Err() != nil {
 		err = b.fail(ctx, "try-acquire", ctx.Err())
 	}
-	if err == nil && (q.ours == "" || stat == nil) {
+	if err == nil && q.ours == "" {
 		err = fmt.Errorf("%w: zookeeper: our node %s vanished at once", driver.ErrUnavailable, p)
 	}
 	if err == nil && q.pred != "" {
@@ -52,7 +52,7 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 		b.leave(ctx, s, p)
 		return nil, err
 	}
-	return b.newLease(s, p, stat, req.TTL, sent), nil
+	return b.newLease(s, p, sid, fence, req.TTL, sent), nil
 }
 
 // Acquire queues our node and waits for its turn, watching only the
@@ -72,11 +72,11 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	parent, prefix := LockPath(b.root, req.Name), nodePrefix(req.Token)
 	for {
-		p, err := b.createNode(ctx, s, parent, prefix)
+		p, sid, err := b.createNode(ctx, s, parent, prefix)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
-		stat, sent, err := b.waitTurn(ctx, s, parent, prefix, p)
+		fence, sent, err := b.waitTurn(ctx, s, parent, prefix, p, sid)
 		if errors.Is(err, errRequeue) {
 			continue
 		}
@@ -87,18 +87,18 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			b.leave(ctx, s, p)
 			return nil, time.Time{}, err
 		}
-		return b.newLease(s, p, stat, req.TTL, sent), sent, nil
+		return b.newLease(s, p, sid, fence, req.TTL, sent), sent, nil
 	}
 }
 
-// waitTurn waits until our node p is first. It returns our node's stat and
-// the send time of the read that found it first.
-func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p string) (*zk.Stat, time.Time, error) {
-	var known *zk.Stat
+// waitTurn waits until our node p, created in session sid, is first. It
+// returns the fence (see check) and the send time of the read that found
+// it first.
+func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p string, sid int64) (int64, time.Time, error) {
 	var failingSince time.Time // zero while the ensemble answers
 	for {
 		_, _, wake := s.state()
-		q, stat, sent, err := b.check(ctx, s, parent, prefix, p, known)
+		q, fence, sent, err := b.check(ctx, s, parent, prefix, p, sid)
 		if err != nil {
 			if failingSince.IsZero() {
 				failingSince = time.Now()
@@ -108,20 +108,19 @@ func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p st
 				// place in the queue) may well survive it. Try again
 				// shortly, for up to the request timeout.
 				if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
-					return nil, time.Time{}, b.fail(ctx, "wait", err)
+					return 0, time.Time{}, b.fail(ctx, "wait", err)
 				}
 				continue
 			}
-			return nil, time.Time{}, err
+			return 0, time.Time{}, err
 		}
 		failingSince = time.Time{}
-		if q.ours == "" || (q.pred == "" && stat == nil) {
-			return nil, time.Time{}, errRequeue
+		if q.ours == "" {
+			return 0, time.Time{}, errRequeue
 		}
 		if q.pred == "" {
-			return stat, sent, nil
+			return fence, sent, nil
 		}
-		known = stat
 		type exw struct {
 			ok bool
 			ch <-chan zk.Event
@@ -132,10 +131,10 @@ func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p st
 		})
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, time.Time{}, b.fail(ctx, "wait", ctx.Err())
+				return 0, time.Time{}, b.fail(ctx, "wait", ctx.Err())
 			}
 			if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
-				return nil, time.Time{}, b.fail(ctx, "wait", err)
+				return 0, time.Time{}, b.fail(ctx, "wait", err)
 			}
 			continue
 		}
@@ -149,57 +148,38 @@ func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p st
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, time.Time{}, b.fail(ctx, "wait", ctx.Err())
+			return 0, time.Time{}, b.fail(ctx, "wait", ctx.Err())
 		}
 		t.Stop()
 	}
 }
 
-// check reads the queue under parent and, unless known is our node p's
-// stat already, reads that stat in parallel (the first check needs both).
-// sent is when the queue read was sent.
-
-// statInto returns a func that reads p's stat into the pointers.
-func (b *backend) statInto(ctx context.Context, s *session, p string, stat **zk.Stat, found *bool, serr *error) func() {
-	return func() {
-		type ex struct {
-			ok bool
-			st *zk.Stat
-		}
-		r, err := call(b, ctx, func() (ex, error) {
-			ok, st, err := s.conn.Exists(p)
-			return ex{ok, st}, err
-		})
-		*stat, *found, *serr = r.st, r.ok, err
-	}
-}
-
-func (b *backend) check(ctx context.Context, s *session, parent, prefix, p string, known *zk.Stat) (queue, *zk.Stat, time.Time, error) {
-	var (
-		wg    sync.WaitGroup
-		stat  = known
-		found = known != nil
-		serr  error
-	)
-	if known == nil {
-		wg.Go(b.statInto(ctx, s, p, &stat, &found, &serr))
+// check reads the queue under parent with one Children read. Our node p
+// counts as present only if it is in the queue and the session is still
+// sid, the one that was current before p was created (so p is an
+// ephemeral node of session sid). fence is the parent's pzxid in that
+// read: when our node is first, it is our lease's fence (see the package
+// doc). sent is when the read was sent.
+func (b *backend) check(ctx context.Context, s *session, parent, prefix, p string, sid int64) (queue, int64, time.Time, error) {
+	type kids struct {
+		names []string
+		pzxid int64
 	}
 	sent := time.Now()
-	children, err := call(b, ctx, func() ([]string, error) {
-		c, _, err := s.conn.Children(parent)
-		return c, err
+	r, err := call(b, ctx, func() (kids, error) {
+		c, st, err := s.conn.Children(parent)
+		if err != nil {
+			return kids{}, err
+		}
+		return kids{c, st.Pzxid}, nil
 	})
-	wg.Wait()
 	if errors.Is(err, zk.ErrNoNode) {
-		return queue{}, nil, sent, nil
-	}
-	if err == nil {
-		err = serr
+		return queue{}, 0, sent, nil
 	}
 	if err != nil {
-		return queue{}, nil, sent, b.fail(ctx, "read lock queue", err)
+		return queue{}, 0, sent, b.fail(ctx, "read lock queue", err)
 	}
-	q := scan(children, prefix)
+	q := scan(r.names, prefix)
 	for _, x := range q.extra { // a create retried after a connection loss
 		b.deleteLater(s, parent+"/"+x)
 	}
@@ -209,24 +189,28 @@ func (b *backend) check(ctx context.Context, s *session, parent, prefix, p strin
 		if q.ours != "" {
 			b.deleteLater(s, parent+"/"+q.ours)
 		}
-		return queue{}, nil, sent, nil
+		return queue{}, 0, sent, nil
 	}
-	if !found {
-		stat = nil
+	if id, _, _ := s.state(); id != sid || sid == 0 {
+		// The session changed since the create: our node may belong to
+		// a session that is gone (it goes with it) or to the new one.
+		b.deleteLater(s, p)
+		return queue{}, 0, sent, nil
 	}
-	return q, stat, sent, nil
+	return q, r.pzxid, sent, nil
 }
 
 // createNode creates our contender node under parent, creating missing
 // parents as containers. After a connection loss it looks for our node by
 // its protected prefix instead of creating a second one; a create whose
 // outcome stays unknown is cleaned up in the background.
-func (b *backend) createNode(ctx context.Context, s *session, parent, prefix string) (string, error) {
+func (b *backend) createNode(ctx context.Context, s *session, parent, prefix string) (string, int64, error) {
 	// The create is not cut short by ctx: its outcome is waited for (up to
 	// the request timeout), so that a node created as ctx ends is known and
 	// deleted by the caller before it returns.
 	dctx := context.WithoutCancel(ctx)
 	for attempt := 0; ; attempt++ {
+		sid, _, _ := s.state()
 		p, err := callLate(b, dctx, func() (string, error) {
 			return s.conn.Create(parent+"/"+prefix, nil, zk.FlagEphemeralSequential, b.acl)
 		}, func(p string, err error) {
@@ -239,10 +223,10 @@ func (b *backend) createNode(ctx context.Context, s *session, parent, prefix str
 		})
 		switch {
 		case err == nil:
-			return p, nil
+			return p, sid, nil
 		case errors.Is(err, zk.ErrNoNode) && attempt < 5:
 			if err := b.makeParents(ctx, s, parent); err != nil && !(errors.Is(err, driver.ErrUnavailable) && ctx.Err() == nil && attempt < 4) {
-				return "", err
+				return "", 0, err
 			}
 			continue
 		case connLost(err) && ctx.Err() == nil && attempt < 5:
@@ -252,10 +236,10 @@ func (b *backend) createNode(ctx context.Context, s *session, parent, prefix str
 			q, ferr := b.findOurs(ctx, s, parent, prefix)
 			if ferr != nil {
 				b.sweepLater(s, parent, prefix)
-				return "", b.fail(ctx, "create lock node", err)
+				return "", 0, b.fail(ctx, "create lock node", err)
 			}
 			if q.ours != "" {
-				return parent + "/" + q.ours, nil
+				return parent + "/" + q.ours, sid, nil
 			}
 			continue
 		case errors.Is(err, zk.ErrSessionExpired) && ctx.Err() == nil && attempt < 5:
@@ -263,7 +247,7 @@ func (b *backend) createNode(ctx context.Context, s *session, parent, prefix str
 		}
 		// The request timeout ended the call: callLate's late handler
 		// cleans up.
-		return "", b.fail(ctx, "create lock node", err)
+		return "", 0, b.fail(ctx, "create lock node", err)
 	}
 }
 
