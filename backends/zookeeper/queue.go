@@ -34,25 +34,30 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 		return nil, err
 	}
 	parent, prefix := LockPath(b.root, req.Name), nodePrefix(req.Token)
-	p, sid, err := b.createNode(ctx, s, parent, prefix)
+	p, sid, first, err := b.enqueue(ctx, s, parent, prefix)
 	if err != nil {
 		return nil, err
 	}
-	q, fence, sent, err := b.check(ctx, s, parent, prefix, p, sid)
+	var lk look
+	if first != nil {
+		lk = *first
+	} else {
+		lk, err = b.check(ctx, s, parent, prefix, p, sid)
+	}
 	if err == nil && ctx.Err() != nil {
 		err = b.fail(ctx, "try-acquire", ctx.Err())
 	}
-	if err == nil && q.ours == "" {
+	if err == nil && lk.q.ours == "" {
 		err = fmt.Errorf("%w: zookeeper: our node %s vanished at once", driver.ErrUnavailable, p)
 	}
-	if err == nil && q.pred != "" {
-		err = fmt.Errorf("%w: %s is held by %s", driver.ErrNotAcquired, parent, q.lowest)
+	if err == nil && lk.q.pred != "" {
+		err = fmt.Errorf("%w: %s is held by %s", driver.ErrNotAcquired, parent, lk.q.lowest)
 	}
 	if err != nil {
 		b.leave(ctx, s, p)
 		return nil, err
 	}
-	return b.newLease(s, p, sid, fence, req.TTL, sent), nil
+	return b.newLease(s, p, sid, lk.fence, req.TTL, lk.sent), nil
 }
 
 // Acquire queues our node and waits for its turn, watching only the
@@ -72,11 +77,12 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	parent, prefix := LockPath(b.root, req.Name), nodePrefix(req.Token)
 	for {
-		p, sid, err := b.createNode(ctx, s, parent, prefix)
+		_, _, wake := s.state()
+		p, sid, first, err := b.enqueue(ctx, s, parent, prefix)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
-		fence, sent, err := b.waitTurn(ctx, s, parent, prefix, p, sid)
+		fence, sent, err := b.waitTurn(ctx, s, parent, prefix, p, sid, first, wake)
 		if errors.Is(err, errRequeue) {
 			continue
 		}
@@ -93,12 +99,20 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 
 // waitTurn waits until our node p, created in session sid, is first. It
 // returns the fence (see check) and the send time of the read that found
-// it first.
-func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p string, sid int64) (int64, time.Time, error) {
+// it first. first, if not nil, is a read made already, and wake the
+// session's wake channel from before it.
+func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p string, sid int64, first *look, wake <-chan struct{}) (int64, time.Time, error) {
 	var failingSince time.Time // zero while the ensemble answers
 	for {
-		_, _, wake := s.state()
-		q, fence, sent, err := b.check(ctx, s, parent, prefix, p, sid)
+		var lk look
+		var err error
+		if first != nil {
+			lk, first = *first, nil
+		} else {
+			_, _, wake = s.state()
+			lk, err = b.check(ctx, s, parent, prefix, p, sid)
+		}
+		q := lk.q
 		if err != nil {
 			if failingSince.IsZero() {
 				failingSince = time.Now()
@@ -119,7 +133,7 @@ func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p st
 			return 0, time.Time{}, errRequeue
 		}
 		if q.pred == "" {
-			return fence, sent, nil
+			return lk.fence, lk.sent, nil
 		}
 		type exw struct {
 			ok bool
@@ -154,13 +168,18 @@ func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p st
 	}
 }
 
-// check reads the queue under parent with one Children read. Our node p
-// counts as present only if it is in the queue and the session is still
-// sid, the one that was current before p was created (so p is an
-// ephemeral node of session sid). fence is the parent's pzxid in that
-// read: when our node is first, it is our lease's fence (see the package
-// doc). sent is when the read was sent.
-func (b *backend) check(ctx context.Context, s *session, parent, prefix, p string, sid int64) (queue, int64, time.Time, error) {
+// look is one read of the queue: our node counts as present (q.ours) only
+// if it is the node we created, in session sid (see examine). fence is the
+// lock path's pzxid in that read: when our node is first, it is our
+// lease's fence (see the package doc). sent is when the read was sent.
+type look struct {
+	q     queue
+	fence int64
+	sent  time.Time
+}
+
+// check reads the queue under parent with one Children read (see look).
+func (b *backend) check(ctx context.Context, s *session, parent, prefix, p string, sid int64) (look, error) {
 	type kids struct {
 		names []string
 		pzxid int64
@@ -174,12 +193,20 @@ func (b *backend) check(ctx context.Context, s *session, parent, prefix, p strin
 		return kids{c, st.Pzxid}, nil
 	})
 	if errors.Is(err, zk.ErrNoNode) {
-		return queue{}, 0, sent, nil
+		return look{sent: sent}, nil
 	}
 	if err != nil {
-		return queue{}, 0, sent, b.fail(ctx, "read lock queue", err)
+		return look{sent: sent}, b.fail(ctx, "read lock queue", err)
 	}
-	q := scan(r.names, prefix)
+	return b.examine(s, parent, p, sid, scan(r.names, prefix), r.pzxid, sent), nil
+}
+
+// examine turns the queue q read under parent into a look for our node p,
+// created while the session was sid: p counts only if it is in q and the
+// session is still sid (so p is an ephemeral node of session sid: session
+// IDs never come back). Twins of ours (a create retried after a
+// connection loss) are deleted in the background.
+func (b *backend) examine(s *session, parent, p string, sid int64, q queue, pzxid int64, sent time.Time) look {
 	for _, x := range q.extra { // a create retried after a connection loss
 		b.deleteLater(s, parent+"/"+x)
 	}
@@ -189,15 +216,85 @@ func (b *backend) check(ctx context.Context, s *session, parent, prefix, p strin
 		if q.ours != "" {
 			b.deleteLater(s, parent+"/"+q.ours)
 		}
-		return queue{}, 0, sent, nil
+		return look{sent: sent}
 	}
 	if id, _, _ := s.state(); id != sid || sid == 0 {
 		// The session changed since the create: our node may belong to
 		// a session that is gone (it goes with it) or to the new one.
 		b.deleteLater(s, p)
-		return queue{}, 0, sent, nil
+		return look{sent: sent}
 	}
-	return q, r.pzxid, sent, nil
+	return look{q: q, fence: pzxid, sent: sent}
+}
+
+// enqueue creates our contender node (createNode) and reads the queue
+// pipelined with the create: the read is sent as soon as the create
+// request is written, without waiting for its answer. ZooKeeper serves a
+// session's requests in order, so that read sees our node and the create
+// and the read cost one round trip. first is that read, or nil if it does
+// not show the node we created (the create was retried, went out on
+// another connection, or the read failed or came late): the caller then
+// reads again.
+func (b *backend) enqueue(ctx context.Context, s *session, parent, prefix string) (p string, sid int64, first *look, err error) {
+	key := parent + "/" + prefix
+	wrote := s.expectCreate(key)
+	if wrote == nil { // one awaited already (cannot happen: a token per attempt)
+		p, sid, err = b.createNode(ctx, s, parent, prefix)
+		return p, sid, nil, err
+	}
+	type early struct {
+		names []string
+		pzxid int64
+		sent  time.Time
+		err   error
+	}
+	got := make(chan early, 1)
+	stop := make(chan struct{})
+	b.ops.Add(1) // within this operation's: Close waits for it too
+	go func() {
+		defer b.ops.Done()
+		select {
+		case <-wrote:
+		case <-stop:
+			return
+		}
+		e := early{sent: time.Now()}
+		var st *zk.Stat
+		if e.names, st, e.err = s.conn.Children(parent); e.err == nil {
+			e.pzxid = st.Pzxid
+		}
+		got <- e
+	}()
+	p, sid, err = b.createNode(ctx, s, parent, prefix)
+	s.unexpect(key, wrote)
+	select {
+	case <-wrote:
+	default:
+		close(stop) // no create of ours was written
+		return p, sid, nil, err
+	}
+	if err != nil {
+		return p, sid, nil, err
+	}
+	t := time.NewTimer(b.timeout)
+	defer t.Stop()
+	var e early
+	select {
+	case e = <-got:
+	case <-ctx.Done():
+		return p, sid, nil, nil // the caller's read reports it
+	case <-t.C:
+		return p, sid, nil, nil
+	}
+	if e.err != nil {
+		return p, sid, nil, nil
+	}
+	q := scan(e.names, prefix)
+	if q.ours != path.Base(p) {
+		return p, sid, nil, nil // sent before the create that made p
+	}
+	lk := b.examine(s, parent, p, sid, q, e.pzxid, e.sent)
+	return p, sid, &lk, nil
 }
 
 // createNode creates our contender node under parent, creating missing
