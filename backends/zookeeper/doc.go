@@ -130,6 +130,15 @@
 //     maxSessionTimeout) could outlive its session by its local deadline,
 //     so it ends at the first disconnect of its session.
 //
+// # Requests
+//
+// An uncontended acquire is two requests in one round trip: the create of
+// our node and the Children read of P, sent as soon as the create is
+// written, without waiting for its answer (ZooKeeper serves a session's
+// requests in order, so the read sees our node; a read that does not is
+// made again). Release is one delete. That is go-zookeeper's zk.Lock's
+// create, Children and delete, with the fence in the read's answer.
+//
 // # Waiting
 //
 // Acquire is a driver.Blocker: our node stays queued while we wait (FIFO),
