@@ -33,7 +33,7 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	if err != nil {
 		return nil, err
 	}
-	parent, prefix := LockPath(b.root, req.Name), nodePrefix(req.Token)
+	parent, prefix := lockPath(b.root, req.Name), nodePrefix(req.Token)
 	p, sid, first, err := b.enqueue(ctx, s, parent, prefix)
 	if err != nil {
 		return nil, err
@@ -75,7 +75,7 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	parent, prefix := LockPath(b.root, req.Name), nodePrefix(req.Token)
+	parent, prefix := lockPath(b.root, req.Name), nodePrefix(req.Token)
 	for {
 		_, _, wake := s.state()
 		p, sid, first, err := b.enqueue(ctx, s, parent, prefix)
