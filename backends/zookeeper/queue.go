@@ -307,7 +307,9 @@ func (b *backend) createNode(ctx context.Context, s *session, parent, prefix str
 	// deleted by the caller before it returns.
 	dctx := context.WithoutCancel(ctx)
 	for attempt := 0; ; attempt++ {
-		sid, _, _ := s.state()
+		// The session our node will belong to, if the create is sent
+		// while it lasts (examine checks that it still does).
+		sid := s.currentID(ctx)
 		p, err := callLate(b, dctx, func() (string, error) {
 			return s.conn.Create(parent+"/"+prefix, nil, zk.FlagEphemeralSequential, b.acl)
 		}, func(p string, err error) {

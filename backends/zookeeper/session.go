@@ -241,6 +241,29 @@ func (s *session) state() (id int64, negotiated time.Duration, wake <-chan struc
 	return s.id, s.negotiated, s.wake
 }
 
+// currentID returns the current session ID, waiting while there is none
+// (a session expired and the next is not established yet) up to ctx's end
+// or the request timeout; 0 if none came.
+func (s *session) currentID(ctx context.Context) int64 {
+	id, _, wake := s.state()
+	if id != 0 {
+		return id
+	}
+	t := time.NewTimer(s.b.timeout)
+	defer t.Stop()
+	for id == 0 {
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return 0
+		case <-t.C:
+			return 0
+		}
+		id, _, wake = s.state()
+	}
+	return id
+}
+
 func (s *session) add(l *lease) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
