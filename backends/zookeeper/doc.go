@@ -60,13 +60,14 @@
 // It strictly grows with every grant on P (FenceStrict), across releases,
 // session expiry, client crashes, server restarts and leader elections:
 // ZooKeeper applies transactions in zxid order, and a read shows a prefix
-// of that history. Let grant G1 read state S1 (our node N1 present and
-// first) and a later grant G2 read S2 (N2 present and first). N1 is gone
+// of that history. Let grant G1 read state S1 (its node N1 present and
+// first) and another grant G2 read a later state S2 (N2 present and
+// first; S1 and S2 differ, as one state has one first node). N1 is gone
 // from S2: if it were still there, N2 would be ahead of it, so created
 // before it under the same incarnation of P (sequence numbers grow with
-// creation), and then present and ahead of N1 in S1 already. So N1's
-// delete (release, TTL, session expiry or an admin) lies between S1 and
-// S2, and
+// creation, and P cannot be deleted while N1 is in it), and then present
+// and ahead of N1 in S1 already. So N1's delete (release, TTL, session
+// expiry or an admin) lies between S1 and S2, and
 //
 //	fence(G1) = pzxid(S1) <= last zxid of S1 < zxid of N1's delete <= pzxid(S2) = fence(G2)
 //
