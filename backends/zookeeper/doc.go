@@ -1,7 +1,7 @@
 // Package zookeeper is the zk:// backend: ZooKeeper's standard lock recipe
 // (ephemeral sequential nodes, the lowest holds, each waiter watches the
-// one just ahead of it), in the node form Curator writes, with the node's
-// czxid as the fence.
+// one just ahead of it), in the node form Curator writes, with a Zab zxid
+// as the fence.
 //
 //	import (
 //		"github.com/go-zookeeper/zk"
@@ -49,12 +49,36 @@
 //
 // # Fences
 //
-// The fence is our node's czxid: the ZooKeeper transaction ID (Zab zxid)
-// of its creation, global to the ensemble. A later holder's node is created
-// later, so its fence is greater, across releases, session expiry, client
-// crashes, server restarts and leader elections (FenceStrict). The
-// per-parent sequence number is not used as a fence: it restarts when the
-// container parent is deleted and created again.
+// The fence is a zxid (ZooKeeper transaction ID, global to the ensemble):
+// the pzxid of the lock path P (the zxid of the last create or delete of
+// a child of P) in the Children read that found our node first. That read
+// is the one the recipe needs anyway, so the fence costs no request of its
+// own. It is at least our node's czxid (our node is a child of P in that
+// read) and equals it when no other child of P was created or deleted
+// since ours.
+//
+// It strictly grows with every grant on P (FenceStrict), across releases,
+// session expiry, client crashes, server restarts and leader elections:
+// ZooKeeper applies transactions in zxid order, and a read shows a prefix
+// of that history. Let grant G1 read state S1 (its node N1 present and
+// first) and another grant G2 read a later state S2 (N2 present and
+// first; S1 and S2 differ, as one state has one first node). N1 is gone
+// from S2: if it were still there, N2 would be ahead of it, so created
+// before it under the same incarnation of P (sequence numbers grow with
+// creation, and P cannot be deleted while N1 is in it), and then present
+// and ahead of N1 in S1 already. So N1's delete (release, TTL, session
+// expiry or an admin) lies between S1 and S2, and
+//
+//	fence(G1) = pzxid(S1) <= last zxid of S1 < zxid of N1's delete <= pzxid(S2) = fence(G2)
+//
+// because a child's delete sets the parent's pzxid to the delete's zxid
+// and pzxid never decreases while P exists. If P (a container) is
+// deleted once empty and created again, its new pzxid starts at its own
+// creation zxid, above every earlier one. Stale reads (a follower behind
+// the leader) order fences by the history the reads saw, which is the
+// order in which ZooKeeper granted the locks. The per-parent sequence
+// number is not used as a fence: it restarts when the container parent is
+// made again.
 //
 // # Sessions and TTLs
 //
@@ -82,7 +106,8 @@
 // Renewal (Extend and auto-renew) is one read of our node: it proves that
 // the session was alive when the read was sent (so the server keeps it at
 // least a session timeout past that) and that the node still exists, owned
-// by our session, with our czxid. ErrLeaseLost otherwise.
+// by our session, with a czxid no greater than our fence (a node of the
+// same path made after ours has a greater one). ErrLeaseLost otherwise.
 //
 // # Disconnects and session expiry (Curator's SUSPENDED and LOST)
 //
@@ -105,6 +130,15 @@
 //     Extend to a longer TTL, or a TTL above the server's
 //     maxSessionTimeout) could outlive its session by its local deadline,
 //     so it ends at the first disconnect of its session.
+//
+// # Requests
+//
+// An uncontended acquire is two requests in one round trip: the create of
+// our node and the Children read of P, sent as soon as the create is
+// written, without waiting for its answer (ZooKeeper serves a session's
+// requests in order, so the read sees our node; a read that does not is
+// made again). Release is one delete. That is go-zookeeper's zk.Lock's
+// create, Children and delete, with the fence in the read's answer.
 //
 // # Waiting
 //

@@ -28,7 +28,8 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer lease.Release(ctx)
-	// The fence is the lock node's czxid: send it with each write.
+	// The fence is a zxid that grows with every grant: send it with each
+	// write.
 	fmt.Println("fence is positive:", lease.Fence() > 0)
 	// Output: fence is positive: true
 }

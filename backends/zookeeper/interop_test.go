@@ -167,9 +167,10 @@ func TestInteropKazooNode(t *testing.T) {
 var curatorForm = regexp.MustCompile(`^_c_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-lock-[0-9]{10}$`)
 
 // Our node is Curator's protected form, ephemeral, under a container
-// parent; the fence is its czxid, and stays increasing when the container
-// is deleted and made again (the sequence number restarts; the fence does
-// not).
+// parent; the fence is the parent's pzxid as the grant read it (our
+// node's czxid when nothing else changed under the parent), and stays
+// increasing when the container is deleted and made again (the sequence
+// number restarts; the fence does not).
 func TestNodeFormAndFence(t *testing.T) {
 	u := sharedURL(t)
 	ctx := t.Context()
@@ -190,7 +191,11 @@ func TestNodeFormAndFence(t *testing.T) {
 		t.Fatalf("Exists(%s) = %v, %v", p, ok, err)
 	}
 	if uint64(st.Czxid) != uint64(l.Fence()) {
-		t.Fatalf("fence %d, want czxid %d", l.Fence(), st.Czxid)
+		t.Fatalf("fence %d, want czxid %d (nothing else changed under the lock path)", l.Fence(), st.Czxid)
+	}
+	_, pst, err := raw.Children(lockPath(n))
+	if err != nil || uint64(pst.Pzxid) != uint64(l.Fence()) {
+		t.Fatalf("fence %d, lock path's pzxid %d (%v)", l.Fence(), pst.Pzxid, err)
 	}
 	var conn *zk.Conn
 	if !l.As(&conn) || st.EphemeralOwner != conn.SessionID() {
@@ -269,5 +274,95 @@ func TestManyLeasesOneSession(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// The fence is the lock path's pzxid as the grant read it, not our node's
+// czxid: a waiter queued behind us before our grant has a smaller czxid
+// than our fence, and still gets a greater fence when its turn comes
+// (our delete moved the pzxid past ours).
+func TestFenceAboveQueuedWaiter(t *testing.T) {
+	u := sharedURL(t)
+	ctx := t.Context()
+	raw := rawConn(t, u)
+	n := name(t)
+	p := lockPath(n)
+	zl := zk.NewLock(raw, p, zk.WorldACL(zk.PermAll))
+	if err := zl.Lock(); err != nil { // a foreign holder: both of ours queue
+		t.Fatal(err)
+	}
+	waitChildren := func(want int) {
+		t.Helper()
+		for {
+			kids, _, ch, err := raw.ChildrenW(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(kids) == want {
+				return
+			}
+			select {
+			case <-ch:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%d contenders under %s after 10s, want %d", len(kids), p, want)
+			}
+		}
+	}
+	acquire := func(c *fencelock.Client) <-chan *fencelock.Lease {
+		got := make(chan *fencelock.Lease, 1)
+		go func() {
+			l, err := c.Acquire(ctx, n, nil)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		return got
+	}
+	gotA := acquire(open(t, u, nil))
+	waitChildren(2)
+	gotB := acquire(open(t, u, nil))
+	waitChildren(3)
+	if err := zl.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	a := <-gotA
+	if a == nil {
+		t.FailNow()
+	}
+	var pa string
+	a.As(&pa)
+	kids, _, err := raw.Children(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var czxidA, czxidB int64
+	for _, k := range kids {
+		_, st, err := raw.Exists(p + "/" + k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p+"/"+k == pa {
+			czxidA = st.Czxid
+		} else {
+			czxidB = st.Czxid
+		}
+	}
+	if len(kids) != 2 || czxidA == 0 || czxidB == 0 {
+		t.Fatalf("contenders %v, want A's and B's", kids)
+	}
+	if !(uint64(czxidA) < uint64(czxidB) && uint64(czxidB) <= uint64(a.Fence())) {
+		t.Fatalf("czxid A %d, czxid B %d, fence A %d: want A's fence at least B's czxid (B queued before A's grant)", czxidA, czxidB, a.Fence())
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := <-gotB
+	if b == nil {
+		t.FailNow()
+	}
+	defer b.Release(ctx)
+	if b.Fence() <= a.Fence() {
+		t.Fatalf("B's fence %d not above A's %d", b.Fence(), a.Fence())
 	}
 }

@@ -26,7 +26,7 @@ var (
 type lease struct {
 	s     *session
 	path  string // our node
-	czxid int64  // the fence
+	fence int64  // the lock path's pzxid when our node was found first; our node's czxid is at most it
 	sid   int64  // the session that owns our node
 
 	mu    sync.Mutex
@@ -38,8 +38,8 @@ type lease struct {
 	cancelLost context.CancelFunc
 }
 
-func (b *backend) newLease(s *session, path string, stat *zk.Stat, ttl time.Duration, sent time.Time) *lease {
-	l := &lease{s: s, path: path, czxid: stat.Czxid, sid: stat.EphemeralOwner, ttl: ttl}
+func (b *backend) newLease(s *session, path string, sid, fence int64, ttl time.Duration, sent time.Time) *lease {
+	l := &lease{s: s, path: path, fence: fence, sid: sid, ttl: ttl}
 	l.lost, l.cancelLost = context.WithCancel(context.Background())
 	l.mu.Lock()
 	l.timer = time.AfterFunc(time.Until(sent.Add(ttl)), l.expire)
@@ -50,7 +50,7 @@ func (b *backend) newLease(s *session, path string, stat *zk.Stat, ttl time.Dura
 	return l
 }
 
-func (l *lease) Fence() uint64 { return uint64(l.czxid) }
+func (l *lease) Fence() uint64 { return uint64(l.fence) }
 
 func (l *lease) Lost() <-chan struct{} { return l.lost.Done() }
 
@@ -102,7 +102,9 @@ func (l *lease) isLost() bool {
 }
 
 // Extend confirms, with one read sent now, that the session is alive and
-// our node still exists and is ours; the server then keeps the session
+// our node still exists and is ours (owned by our session, and created no
+// later than the read that granted it: a node of the same path made later
+// has a greater czxid); the server then keeps the session
 // (and our node) at least a session timeout past the send time. It moves
 // the TTL timer to ttl from the send time.
 func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
@@ -127,7 +129,7 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return b.fail(ctx, "check lock node", err)
 	}
 	id, _, _ := l.s.state()
-	if !r.ok || r.stat.EphemeralOwner != l.sid || r.stat.Czxid != l.czxid || id != l.sid {
+	if !r.ok || r.stat.EphemeralOwner != l.sid || r.stat.Czxid > l.fence || id != l.sid {
 		l.markLost()
 		return fmt.Errorf("%w: zookeeper node %s was deleted (session %#x ended or node removed)", driver.ErrLeaseLost, l.path, l.sid)
 	}

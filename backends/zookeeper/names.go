@@ -82,19 +82,28 @@ func badRune(r rune) bool {
 	return r <= 0x1f || (r >= 0x7f && r <= 0x9f) || (r >= 0xd800 && r <= 0xf8ff) || r >= 0xfff0 || r == utf8.RuneError
 }
 
-// uuid36 formats a 32-hex-digit owner token as a UUID (8-4-4-4-12), the
-// form Curator writes after "_c_".
-func uuid36(token string) string {
+// nodePrefix is the name of our contender node before ZooKeeper appends
+// the sequence number: "_c_", the 32-hex-digit owner token formatted as a
+// UUID (8-4-4-4-12, the form Curator writes), "-lock-".
+func nodePrefix(token string) string {
 	if len(token) != 32 {
-		return token
+		return protectedPrefix + token + lockInfix
 	}
-	return token[:8] + "-" + token[8:12] + "-" + token[12:16] + "-" + token[16:20] + "-" + token[20:]
+	// One concatenation: one allocation.
+	return protectedPrefix + token[:8] + "-" + token[8:12] + "-" + token[12:16] + "-" + token[16:20] + "-" + token[20:] + lockInfix
 }
 
-// nodePrefix is the name of our contender node before ZooKeeper appends
-// the sequence number.
-func nodePrefix(token string) string {
-	return protectedPrefix + uuid36(token) + lockInfix
+// lockPath is LockPath(root, key) for a root that path.Clean leaves as it
+// is, with one allocation (it is computed at every acquire).
+func lockPath(root, key string) string {
+	esc := escape(root, key)
+	switch {
+	case esc == "" || path.Clean(root) != root:
+		return LockPath(root, key)
+	case root == "/":
+		return "/" + esc
+	}
+	return root + "/" + esc
 }
 
 // seqOf returns the sequence number of a contender node name, and false

@@ -43,3 +43,20 @@ func TestScan(t *testing.T) {
 		t.Fatalf("admin scan = %+v", q)
 	}
 }
+
+// lockPath is LockPath, with fewer allocations.
+func TestLockPathFast(t *testing.T) {
+	for _, root := range []string{"/", "/locks", "/a/b", "/a//b", "/a/./b", "/a/../b", "/."} {
+		for _, key := range []string{"job", "zookeeper", "a/b", ".", "..", ".hidden", "%", "x\x00y", "", "é"} {
+			if got, want := lockPath(root, key), LockPath(root, key); got != want {
+				t.Errorf("lockPath(%q, %q) = %q, LockPath = %q", root, key, got, want)
+			}
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = lockPath("/locks", "job") }); n > 1 {
+		t.Errorf("lockPath: %v allocations, want 1", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = nodePrefix("0f8fad5bd9cb469fa16570867728950e") }); n > 1 {
+		t.Errorf("nodePrefix: %v allocations, want 1", n)
+	}
+}

@@ -33,26 +33,31 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	if err != nil {
 		return nil, err
 	}
-	parent, prefix := LockPath(b.root, req.Name), nodePrefix(req.Token)
-	p, err := b.createNode(ctx, s, parent, prefix)
+	parent, prefix := lockPath(b.root, req.Name), nodePrefix(req.Token)
+	p, sid, first, err := b.enqueue(ctx, s, parent, prefix)
 	if err != nil {
 		return nil, err
 	}
-	q, stat, sent, err := b.check(ctx, s, parent, prefix, p, nil)
+	var lk look
+	if first != nil {
+		lk = *first
+	} else {
+		lk, err = b.check(ctx, s, parent, prefix, p, sid)
+	}
 	if err == nil && ctx.Err() != nil {
 		err = b.fail(ctx, "try-acquire", ctx.Err())
 	}
-	if err == nil && (q.ours == "" || stat == nil) {
+	if err == nil && lk.q.ours == "" {
 		err = fmt.Errorf("%w: zookeeper: our node %s vanished at once", driver.ErrUnavailable, p)
 	}
-	if err == nil && q.pred != "" {
-		err = fmt.Errorf("%w: %s is held by %s", driver.ErrNotAcquired, parent, q.lowest)
+	if err == nil && lk.q.pred != "" {
+		err = fmt.Errorf("%w: %s is held by %s", driver.ErrNotAcquired, parent, lk.q.lowest)
 	}
 	if err != nil {
 		b.leave(ctx, s, p)
 		return nil, err
 	}
-	return b.newLease(s, p, stat, req.TTL, sent), nil
+	return b.newLease(s, p, sid, lk.fence, req.TTL, lk.sent), nil
 }
 
 // Acquire queues our node and waits for its turn, watching only the
@@ -70,13 +75,14 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	parent, prefix := LockPath(b.root, req.Name), nodePrefix(req.Token)
+	parent, prefix := lockPath(b.root, req.Name), nodePrefix(req.Token)
 	for {
-		p, err := b.createNode(ctx, s, parent, prefix)
+		_, _, wake := s.state()
+		p, sid, first, err := b.enqueue(ctx, s, parent, prefix)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
-		stat, sent, err := b.waitTurn(ctx, s, parent, prefix, p)
+		fence, sent, err := b.waitTurn(ctx, s, parent, prefix, p, sid, first, wake)
 		if errors.Is(err, errRequeue) {
 			continue
 		}
@@ -87,18 +93,26 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			b.leave(ctx, s, p)
 			return nil, time.Time{}, err
 		}
-		return b.newLease(s, p, stat, req.TTL, sent), sent, nil
+		return b.newLease(s, p, sid, fence, req.TTL, sent), sent, nil
 	}
 }
 
-// waitTurn waits until our node p is first. It returns our node's stat and
-// the send time of the read that found it first.
-func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p string) (*zk.Stat, time.Time, error) {
-	var known *zk.Stat
+// waitTurn waits until our node p, created in session sid, is first. It
+// returns the fence (see check) and the send time of the read that found
+// it first. first, if not nil, is a read made already, and wake the
+// session's wake channel from before it.
+func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p string, sid int64, first *look, wake <-chan struct{}) (int64, time.Time, error) {
 	var failingSince time.Time // zero while the ensemble answers
 	for {
-		_, _, wake := s.state()
-		q, stat, sent, err := b.check(ctx, s, parent, prefix, p, known)
+		var lk look
+		var err error
+		if first != nil {
+			lk, first = *first, nil
+		} else {
+			_, _, wake = s.state()
+			lk, err = b.check(ctx, s, parent, prefix, p, sid)
+		}
+		q := lk.q
 		if err != nil {
 			if failingSince.IsZero() {
 				failingSince = time.Now()
@@ -108,20 +122,19 @@ func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p st
 				// place in the queue) may well survive it. Try again
 				// shortly, for up to the request timeout.
 				if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
-					return nil, time.Time{}, b.fail(ctx, "wait", err)
+					return 0, time.Time{}, b.fail(ctx, "wait", err)
 				}
 				continue
 			}
-			return nil, time.Time{}, err
+			return 0, time.Time{}, err
 		}
 		failingSince = time.Time{}
-		if q.ours == "" || (q.pred == "" && stat == nil) {
-			return nil, time.Time{}, errRequeue
+		if q.ours == "" {
+			return 0, time.Time{}, errRequeue
 		}
 		if q.pred == "" {
-			return stat, sent, nil
+			return lk.fence, lk.sent, nil
 		}
-		known = stat
 		type exw struct {
 			ok bool
 			ch <-chan zk.Event
@@ -132,10 +145,10 @@ func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p st
 		})
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, time.Time{}, b.fail(ctx, "wait", ctx.Err())
+				return 0, time.Time{}, b.fail(ctx, "wait", ctx.Err())
 			}
 			if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
-				return nil, time.Time{}, b.fail(ctx, "wait", err)
+				return 0, time.Time{}, b.fail(ctx, "wait", err)
 			}
 			continue
 		}
@@ -149,57 +162,51 @@ func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p st
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, time.Time{}, b.fail(ctx, "wait", ctx.Err())
+			return 0, time.Time{}, b.fail(ctx, "wait", ctx.Err())
 		}
 		t.Stop()
 	}
 }
 
-// check reads the queue under parent and, unless known is our node p's
-// stat already, reads that stat in parallel (the first check needs both).
-// sent is when the queue read was sent.
-
-// statInto returns a func that reads p's stat into the pointers.
-func (b *backend) statInto(ctx context.Context, s *session, p string, stat **zk.Stat, found *bool, serr *error) func() {
-	return func() {
-		type ex struct {
-			ok bool
-			st *zk.Stat
-		}
-		r, err := call(b, ctx, func() (ex, error) {
-			ok, st, err := s.conn.Exists(p)
-			return ex{ok, st}, err
-		})
-		*stat, *found, *serr = r.st, r.ok, err
-	}
+// look is one read of the queue: our node counts as present (q.ours) only
+// if it is the node we created, in session sid (see examine). fence is the
+// lock path's pzxid in that read: when our node is first, it is our
+// lease's fence (see the package doc). sent is when the read was sent.
+type look struct {
+	q     queue
+	fence int64
+	sent  time.Time
 }
 
-func (b *backend) check(ctx context.Context, s *session, parent, prefix, p string, known *zk.Stat) (queue, *zk.Stat, time.Time, error) {
-	var (
-		wg    sync.WaitGroup
-		stat  = known
-		found = known != nil
-		serr  error
-	)
-	if known == nil {
-		wg.Go(b.statInto(ctx, s, p, &stat, &found, &serr))
+// check reads the queue under parent with one Children read (see look).
+func (b *backend) check(ctx context.Context, s *session, parent, prefix, p string, sid int64) (look, error) {
+	type kids struct {
+		names []string
+		pzxid int64
 	}
 	sent := time.Now()
-	children, err := call(b, ctx, func() ([]string, error) {
-		c, _, err := s.conn.Children(parent)
-		return c, err
+	r, err := call(b, ctx, func() (kids, error) {
+		c, st, err := s.conn.Children(parent)
+		if err != nil {
+			return kids{}, err
+		}
+		return kids{c, st.Pzxid}, nil
 	})
-	wg.Wait()
 	if errors.Is(err, zk.ErrNoNode) {
-		return queue{}, nil, sent, nil
-	}
-	if err == nil {
-		err = serr
+		return look{sent: sent}, nil
 	}
 	if err != nil {
-		return queue{}, nil, sent, b.fail(ctx, "read lock queue", err)
+		return look{sent: sent}, b.fail(ctx, "read lock queue", err)
 	}
-	q := scan(children, prefix)
+	return b.examine(s, parent, p, sid, scan(r.names, prefix), r.pzxid, sent), nil
+}
+
+// examine turns the queue q read under parent into a look for our node p,
+// created while the session was sid: p counts only if it is in q and the
+// session is still sid (so p is an ephemeral node of session sid: session
+// IDs never come back). Twins of ours (a create retried after a
+// connection loss) are deleted in the background.
+func (b *backend) examine(s *session, parent, p string, sid int64, q queue, pzxid int64, sent time.Time) look {
 	for _, x := range q.extra { // a create retried after a connection loss
 		b.deleteLater(s, parent+"/"+x)
 	}
@@ -209,24 +216,100 @@ func (b *backend) check(ctx context.Context, s *session, parent, prefix, p strin
 		if q.ours != "" {
 			b.deleteLater(s, parent+"/"+q.ours)
 		}
-		return queue{}, nil, sent, nil
+		return look{sent: sent}
 	}
-	if !found {
-		stat = nil
+	if id, _, _ := s.state(); id != sid || sid == 0 {
+		// The session changed since the create: our node may belong to
+		// a session that is gone (it goes with it) or to the new one.
+		b.deleteLater(s, p)
+		return look{sent: sent}
 	}
-	return q, stat, sent, nil
+	return look{q: q, fence: pzxid, sent: sent}
+}
+
+// enqueue creates our contender node (createNode) and reads the queue
+// pipelined with the create: the read is sent as soon as the create
+// request is written, without waiting for its answer. ZooKeeper serves a
+// session's requests in order, so that read sees our node and the create
+// and the read cost one round trip. first is that read, or nil if it does
+// not show the node we created (the create was retried, went out on
+// another connection, or the read failed or came late): the caller then
+// reads again.
+func (b *backend) enqueue(ctx context.Context, s *session, parent, prefix string) (p string, sid int64, first *look, err error) {
+	key := parent + "/" + prefix
+	wrote := s.expectCreate(key)
+	if wrote == nil { // one awaited already (cannot happen: a token per attempt)
+		p, sid, err = b.createNode(ctx, s, parent, prefix)
+		return p, sid, nil, err
+	}
+	type early struct {
+		names []string
+		pzxid int64
+		sent  time.Time
+		err   error
+	}
+	got := make(chan early, 1)
+	stop := make(chan struct{})
+	b.ops.Add(1) // within this operation's: Close waits for it too
+	go func() {
+		defer b.ops.Done()
+		select {
+		case <-wrote:
+		case <-stop:
+			return
+		}
+		e := early{sent: time.Now()}
+		var st *zk.Stat
+		if e.names, st, e.err = s.conn.Children(parent); e.err == nil {
+			e.pzxid = st.Pzxid
+		}
+		got <- e
+	}()
+	p, sid, err = b.createNode(ctx, s, parent, prefix)
+	s.unexpect(key, wrote)
+	select {
+	case <-wrote:
+	default:
+		close(stop) // no create of ours was written
+		return p, sid, nil, err
+	}
+	if err != nil {
+		return p, sid, nil, err
+	}
+	t := time.NewTimer(b.timeout)
+	defer t.Stop()
+	var e early
+	select {
+	case e = <-got:
+	case <-ctx.Done():
+		return p, sid, nil, nil // the caller's read reports it
+	case <-t.C:
+		return p, sid, nil, nil
+	}
+	if e.err != nil {
+		return p, sid, nil, nil
+	}
+	q := scan(e.names, prefix)
+	if q.ours != path.Base(p) {
+		return p, sid, nil, nil // sent before the create that made p
+	}
+	lk := b.examine(s, parent, p, sid, q, e.pzxid, e.sent)
+	return p, sid, &lk, nil
 }
 
 // createNode creates our contender node under parent, creating missing
 // parents as containers. After a connection loss it looks for our node by
 // its protected prefix instead of creating a second one; a create whose
 // outcome stays unknown is cleaned up in the background.
-func (b *backend) createNode(ctx context.Context, s *session, parent, prefix string) (string, error) {
+func (b *backend) createNode(ctx context.Context, s *session, parent, prefix string) (string, int64, error) {
 	// The create is not cut short by ctx: its outcome is waited for (up to
 	// the request timeout), so that a node created as ctx ends is known and
 	// deleted by the caller before it returns.
 	dctx := context.WithoutCancel(ctx)
 	for attempt := 0; ; attempt++ {
+		// The session our node will belong to, if the create is sent
+		// while it lasts (examine checks that it still does).
+		sid := s.currentID(ctx)
 		p, err := callLate(b, dctx, func() (string, error) {
 			return s.conn.Create(parent+"/"+prefix, nil, zk.FlagEphemeralSequential, b.acl)
 		}, func(p string, err error) {
@@ -239,10 +322,10 @@ func (b *backend) createNode(ctx context.Context, s *session, parent, prefix str
 		})
 		switch {
 		case err == nil:
-			return p, nil
+			return p, sid, nil
 		case errors.Is(err, zk.ErrNoNode) && attempt < 5:
 			if err := b.makeParents(ctx, s, parent); err != nil && !(errors.Is(err, driver.ErrUnavailable) && ctx.Err() == nil && attempt < 4) {
-				return "", err
+				return "", 0, err
 			}
 			continue
 		case connLost(err) && ctx.Err() == nil && attempt < 5:
@@ -252,10 +335,10 @@ func (b *backend) createNode(ctx context.Context, s *session, parent, prefix str
 			q, ferr := b.findOurs(ctx, s, parent, prefix)
 			if ferr != nil {
 				b.sweepLater(s, parent, prefix)
-				return "", b.fail(ctx, "create lock node", err)
+				return "", 0, b.fail(ctx, "create lock node", err)
 			}
 			if q.ours != "" {
-				return parent + "/" + q.ours, nil
+				return parent + "/" + q.ours, sid, nil
 			}
 			continue
 		case errors.Is(err, zk.ErrSessionExpired) && ctx.Err() == nil && attempt < 5:
@@ -263,7 +346,7 @@ func (b *backend) createNode(ctx context.Context, s *session, parent, prefix str
 		}
 		// The request timeout ended the call: callLate's late handler
 		// cleans up.
-		return "", b.fail(ctx, "create lock node", err)
+		return "", 0, b.fail(ctx, "create lock node", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package zookeeper
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -37,6 +38,10 @@ type session struct {
 	dials   atomic.Int64 // connections made
 	killing atomic.Bool  // kill in progress: do not reconnect yet
 
+	// Create requests whose writing is awaited (see expectCreate).
+	expectMu  sync.Mutex
+	expect    map[string]chan struct{}
+	expecting atomic.Int32 // len(expect), read without the lock
 }
 
 // errKilling: a reconnection attempt while KillSessions closes the session.
@@ -96,7 +101,7 @@ func (b *backend) connect(timeout time.Duration) (*session, error) {
 		if err != nil {
 			return nil, err
 		}
-		sc := &sniffConn{Conn: c, onConnect: s.onConnect}
+		sc := &sniffConn{Conn: c, onConnect: s.onConnect, onWrite: s.written}
 		if s.dials.Add(1) > 1 {
 			sc.hold = reconnectHold
 		}
@@ -110,6 +115,56 @@ func (b *backend) connect(timeout time.Duration) (*session, error) {
 	}
 	s.conn = conn
 	return s, nil
+}
+
+// expectCreate returns a channel closed once a create request for path
+// (the path as sent: a sequential node's prefix) has been written to the
+// connection, or nil if one for path is awaited already. Call unexpect
+// when done. A request sent after that write reaches the same server
+// after the create, and ZooKeeper serves a session's requests in order.
+func (s *session) expectCreate(path string) chan struct{} {
+	s.expectMu.Lock()
+	defer s.expectMu.Unlock()
+	if _, dup := s.expect[path]; dup {
+		return nil
+	}
+	if s.expect == nil {
+		s.expect = map[string]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	s.expect[path] = ch
+	s.expecting.Store(int32(len(s.expect)))
+	return ch
+}
+
+// unexpect forgets path's entry (if it is still ch).
+func (s *session) unexpect(path string, ch chan struct{}) {
+	s.expectMu.Lock()
+	defer s.expectMu.Unlock()
+	if s.expect[path] == ch {
+		delete(s.expect, path)
+		s.expecting.Store(int32(len(s.expect)))
+	}
+}
+
+// written is told every request frame go-zookeeper wrote (one frame per
+// write: length, xid, opcode, then for a create its path); it closes the
+// channel of an awaited create.
+func (s *session) written(frame []byte) {
+	if s.expecting.Load() == 0 || len(frame) < 16 || int32(binary.BigEndian.Uint32(frame[8:12])) != opCreate {
+		return
+	}
+	n := int(int32(binary.BigEndian.Uint32(frame[12:16])))
+	if n < 0 || 16+n > len(frame) {
+		return
+	}
+	s.expectMu.Lock()
+	defer s.expectMu.Unlock()
+	if ch, ok := s.expect[string(frame[16:16+n])]; ok {
+		close(ch)
+		delete(s.expect, string(frame[16:16+n]))
+		s.expecting.Store(int32(len(s.expect)))
+	}
 }
 
 // authenticate adds the backend's credentials to the session once (go-zookeeper
@@ -184,6 +239,29 @@ func (s *session) state() (id int64, negotiated time.Duration, wake <-chan struc
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.id, s.negotiated, s.wake
+}
+
+// currentID returns the current session ID, waiting while there is none
+// (a session expired and the next is not established yet) up to ctx's end
+// or the request timeout; 0 if none came.
+func (s *session) currentID(ctx context.Context) int64 {
+	id, _, wake := s.state()
+	if id != 0 {
+		return id
+	}
+	t := time.NewTimer(s.b.timeout)
+	defer t.Stop()
+	for id == 0 {
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return 0
+		case <-t.C:
+			return 0
+		}
+		id, _, wake = s.state()
+	}
+	return id
 }
 
 func (s *session) add(l *lease) bool {

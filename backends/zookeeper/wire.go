@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -104,6 +105,9 @@ func connectReq(timeout time.Duration, id int64, passwd []byte) []byte {
 	return req
 }
 
+// opCreate is the create request's opcode.
+const opCreate = 1
+
 // closeReq is a closeSession request with xid 1.
 func closeReq() []byte {
 	req := make([]byte, 12)
@@ -167,12 +171,14 @@ func probeMinTimeout(ctx context.Context, servers []string) (time.Duration, erro
 type sniffConn struct {
 	net.Conn
 	onConnect func(connectResp)
+	onWrite   func(frame []byte) // each frame written after the connect request, once written
 	hold      time.Duration
 
 	mu      sync.Mutex
 	buf     []byte
 	done    bool
 	readyAt time.Time
+	wrote   atomic.Bool // the connect request went out
 }
 
 func (c *sniffConn) Write(p []byte) (int, error) {
@@ -186,7 +192,11 @@ func (c *sniffConn) Write(p []byte) (int, error) {
 			}
 		}
 	}
-	return c.Conn.Write(p)
+	n, err := c.Conn.Write(p)
+	if err == nil && c.onWrite != nil && c.wrote.Swap(true) { // the first write is the connect request
+		c.onWrite(p)
+	}
+	return n, err
 }
 
 func (c *sniffConn) Read(p []byte) (int, error) {

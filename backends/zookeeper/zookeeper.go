@@ -64,7 +64,7 @@ type Config struct {
 var Capabilities = driver.Capabilities{
 	Backend:        "zookeeper",
 	Fence:          driver.FenceStrict,
-	FenceSource:    "czxid of the lock node (Zab zxid)",
+	FenceSource:    "pzxid of the lock path when our node is first (Zab zxid)",
 	TTLGranularity: time.Millisecond,
 	TimeAuthority:  driver.TimeServer,
 	Wait:           driver.WaitQueue,
