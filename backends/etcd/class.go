@@ -307,7 +307,7 @@ func (c *class) send(r *refreshReq, paced bool) {
 	}
 	c.mu.Unlock()
 	sent := time.Now()
-	ka, err := b.cli.KeepAliveOnce(rctx, c.id)
+	kaTTL, err := b.keepAliveOnce(rctx, c.id)
 	cancel()
 	gone := err != nil && isLeaseNotFound(err)
 	c.mu.Lock()
@@ -318,7 +318,7 @@ func (c *class) send(r *refreshReq, paced bool) {
 		if sent.After(c.lastSent) {
 			c.lastSent = sent
 		}
-		c.granted = max(ka.TTL, c.ttl)
+		c.granted = max(kaTTL, c.ttl)
 	}
 	if paced {
 		c.inflight = false
@@ -333,7 +333,7 @@ func (c *class) send(r *refreshReq, paced bool) {
 	case err != nil:
 		r.err = err
 	default:
-		r.sent, r.granted = sent, max(ka.TTL, c.ttl)
+		r.sent, r.granted = sent, max(kaTTL, c.ttl)
 	}
 	close(r.done)
 	if gone {

@@ -146,6 +146,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -266,13 +267,16 @@ type backend struct {
 	closed  bool
 	ops     sync.WaitGroup    // acquires in flight and background work
 	classes map[int64]*class  // TTL classes by TTL in seconds (class.go)
+	free    map[string]uint64 // freed key numbers by key stem (see keyName)
 	keys    map[string]*lease // held leases by lock key (watch.go)
 	watch   watchState        // the shared loss watch (watch.go)
+
+	ka kaStream // the shared keepalive stream (keepalive.go); ka.mu before mu
 }
 
 func newBackend(cli *clientv3.Client, cfg *Config, own bool) *backend {
 	b := &backend{cli: cli, ownCli: own, timeout: DefaultRequestTimeout, caps: Capabilities,
-		classes: map[int64]*class{}, keys: map[string]*lease{}}
+		classes: map[int64]*class{}, keys: map[string]*lease{}, free: map[string]uint64{}}
 	if cfg != nil {
 		b.keyPrefix = cfg.KeyPrefix
 		if cfg.RequestTimeout > 0 {
@@ -354,16 +358,61 @@ type contender struct {
 	rev     int64  // CreateRevision of key (0: unknown)
 	sent    time.Time
 
+	once bool   // the Txn that created key was sent once (no retry may apply later)
 	held bool   // key is first under pfx (as of revision hdr)
 	pred string // the key just ahead of ours, if known ("" if held or unknown)
+	only bool   // pred is the only key ahead of ours
 	hdr  int64  // revision of the last read
 }
 
 // keyName is a new lock key under pfx on cls's lease: the lease ID in hex,
-// as concurrency.Mutex names its keys, then "_" and a number unique to the
-// backend, so that the class's contenders for one lock are distinct keys.
+// as concurrency.Mutex names its keys, then "_" and a number that no other
+// key of the backend uses at the same time, so that the class's
+// contenders for one lock are distinct keys.
+//
+// The number of a key that our own request deleted is used again (see
+// freeName): etcd keeps an index entry for every key name until the
+// keyspace is compacted, and a read of the queue (the first key under the
+// prefix, sorted by CreateRevision) visits all of them, so fresh names
+// for every acquisition would make each acquisition slower than the last
+// on a cluster that is not compacted often.
 func (b *backend) keyName(pfx string, cls *class) string {
-	return fmt.Sprintf("%s/%x_%x", pfx, int64(cls.id), b.seq.Add(1))
+	stem := fmt.Sprintf("%s/%x_", pfx, int64(cls.id))
+	b.mu.Lock()
+	n, ok := b.free[stem]
+	if ok {
+		delete(b.free, stem)
+	}
+	b.mu.Unlock()
+	if !ok {
+		n = b.seq.Add(1)
+	}
+	return stem + strconv.FormatUint(n, 16)
+}
+
+// maxFree bounds the freed key numbers kept for reuse.
+const maxFree = 4096
+
+// freeName makes the number of key available again. Call it only once a
+// request of ours has deleted key (any CreateRevision), with no other
+// request that might create it still in flight (the Txn that created it
+// was sent once, and answered): every other operation
+// on a key name compares its CreateRevision, so none can act on the next
+// key of that name.
+func (b *backend) freeName(key string) {
+	i := strings.LastIndexByte(key, '_')
+	if i < 0 {
+		return
+	}
+	n, err := strconv.ParseUint(key[i+1:], 16, 64)
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	if len(b.free) < maxFree {
+		b.free[key[:i+1]] = n
+	}
+	b.mu.Unlock()
 }
 
 // enqueue creates our key, attached to the lease of its TTL class, in one
@@ -395,7 +444,7 @@ func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration, t
 			}
 		}
 		c.key, c.rev = b.keyName(c.pfx, cls), 0
-		err = b.createKey(ctx, c)
+		err = b.createKey(ctx, c, !try)
 		if err != nil && isLeaseNotFound(err) && retry {
 			cls.kill()
 			continue
@@ -419,22 +468,30 @@ func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration, t
 	}
 }
 
-// createKey creates c.key on c's class lease (see enqueue).
-func (b *backend) createKey(ctx context.Context, c *contender) error {
-	// Before the Put, the last-created key is the one just ahead of ours.
-	last := clientv3.OpGet(c.pfx+"/", append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...)
+// createKey creates c.key on c's class lease (see enqueue); withPred
+// also reads the key just ahead of it (a TryAcquire, which leaves unless
+// it is first, does not need it).
+func (b *backend) createKey(ctx context.Context, c *contender, withPred bool) error {
 	first := clientv3.OpGet(c.pfx+"/", append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
+	then := []clientv3.Op{clientv3.OpPut(c.key, "", clientv3.WithLease(c.cls.id)), first}
+	if withPred {
+		// Before the Put, the last-created key is the one just ahead of ours.
+		last := clientv3.OpGet(c.pfx+"/", append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...)
+		then = append([]clientv3.Op{last}, then...)
+	}
 	// The Txn is idempotent (a retry finds our key and reads it), so it is
 	// retried when a member fails under it, within the request timeout.
 	rctx, cancel := b.rpcCtx(ctx)
 	defer cancel()
+	c.held, c.pred, c.only = false, "", false
 	var resp *clientv3.TxnResponse
 	var err error
-	for {
+	c.once = true
+	for ; ; c.once = false {
 		resp, err = b.cli.Txn(rctx).
 			If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0),
 				clientv3.Compare(clientv3.CreateRevision(c.tomb()), "=", 0)).
-			Then(last, clientv3.OpPut(c.key, "", clientv3.WithLease(c.cls.id)), first).
+			Then(then...).
 			Else(clientv3.OpGet(c.key, clientv3.WithKeysOnly()), first).
 			Commit()
 		if err == nil || !retryable(err) || sleepCtx(rctx, 50*time.Millisecond) != nil {
@@ -448,10 +505,14 @@ func (b *backend) createKey(ctx context.Context, c *contender) error {
 	var owner []*mvccpb.KeyValue
 	if resp.Succeeded {
 		c.rev = resp.Header.Revision
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			c.pred = string(kvs[0].Key)
+		rs := resp.Responses
+		if withPred {
+			if kvs := rs[0].GetResponseRange().Kvs; len(kvs) > 0 {
+				c.pred = string(kvs[0].Key)
+			}
+			rs = rs[1:]
 		}
-		owner = resp.Responses[2].GetResponseRange().Kvs
+		owner = rs[1].GetResponseRange().Kvs
 	} else { // our key exists already (a retried request)
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
@@ -464,6 +525,7 @@ func (b *backend) createKey(ctx context.Context, c *contender) error {
 	if c.held {
 		c.pred = ""
 	}
+	c.only = c.pred != "" && len(owner) > 0 && string(owner[0].Key) == c.pred
 	return nil
 }
 
@@ -489,6 +551,10 @@ func (b *backend) removeKey(ctx context.Context, c *contender) {
 		cancel()
 		if err != nil {
 			b.reapLater(c.key, c.rev)
+			return
+		}
+		if c.once {
+			b.freeName(c.key)
 		}
 		return
 	}
@@ -564,11 +630,19 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if !c.held {
 			err = b.waitTurn(ctx, c)
 		}
-		// Refresh the lease if its last refresh is old (a long wait, a slow
-		// cluster), so the portable deadline, counted from c.sent, is not
-		// short.
-		if err == nil && time.Since(c.sent) > time.Duration(c.ttl)*time.Second/6 {
-			err = b.keepAlive(ctx, c, true)
+		// The portable deadline counts from c.sent: the last refresh of
+		// the class lease (others' refreshes while we waited count too).
+		// If it is old (a long wait, a slow cluster) refresh it now, so
+		// the deadline is not short; if it is getting old, refresh it in
+		// the background, so the next grant need not wait for it.
+		if err == nil {
+			c.sent, c.granted = c.cls.state()
+			switch age, ttl := time.Since(c.sent), time.Duration(c.ttl)*time.Second; {
+			case age > ttl/6:
+				err = b.keepAlive(ctx, c, true)
+			case age > ttl/12:
+				_, _ = c.cls.join(false)
+			}
 		}
 		if errors.Is(err, errRequeue) {
 			b.removeKey(ctx, c)
@@ -593,15 +667,15 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 // adopt turns a granted contender into a held lease: registered with the
 // shared loss watch and its class, with its reaper armed.
 func (b *backend) adopt(ctx context.Context, c *contender) (*lease, error) {
-	l := &lease{b: b, key: c.key, rev: c.rev, cls: c.cls, ttl: c.ttl, granted: c.granted, refreshed: c.sent}
+	l := &lease{b: b, key: c.key, rev: c.rev, once: c.once, cls: c.cls, ttl: c.ttl, granted: c.granted, refreshed: c.sent}
 	l.lostCtx, l.lose = context.WithCancel(context.Background())
 	l.mu.Lock()
 	l.reaper = time.AfterFunc(time.Until(c.sent.Add(time.Duration(c.granted)*time.Second)), l.reap)
 	l.mu.Unlock()
 	b.mu.Lock()
-	check := b.registerLocked(l, c.hdr)
+	check, gone := b.registerLocked(l, c.hdr)
 	b.mu.Unlock()
-	if !c.cls.add(l) {
+	if gone || !c.cls.add(l) {
 		l.markLost()
 		return l, nil // lost already: the portable layer ends it at once
 	}

@@ -45,7 +45,7 @@ func (c *rpcCounter) count(method string) {
 			c.releasedAt, c.atReleased = time.Now(), [2]int64{c.keepAlive.Load(), c.other.Load()}
 			c.mu.Unlock()
 		}
-	case "/etcdserverpb.Lease/LeaseKeepAlive":
+	case keepAliveMethod:
 		c.keepAlive.Add(1)
 	default:
 		c.other.Add(1)
@@ -71,10 +71,33 @@ func (c *rpcCounter) dialOptions() []grpc.DialOption {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}),
 		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			if method == keepAliveMethod {
+				// A keepalive is one message on a shared stream: count
+				// the messages, not the stream.
+				s, err := streamer(ctx, desc, cc, method, opts...)
+				if err != nil {
+					return nil, err
+				}
+				return countingStream{s, c}, nil
+			}
 			c.count(method)
 			return streamer(ctx, desc, cc, method, opts...)
 		}),
 	}
+}
+
+const keepAliveMethod = "/etcdserverpb.Lease/LeaseKeepAlive"
+
+// countingStream counts each request sent on a keepalive stream as one
+// keepalive.
+type countingStream struct {
+	grpc.ClientStream
+	c *rpcCounter
+}
+
+func (s countingStream) SendMsg(m any) error {
+	s.c.count(keepAliveMethod)
+	return s.ClientStream.SendMsg(m)
 }
 
 // holdMany runs conformance.HoldMany with n leases of ttl on a Client of

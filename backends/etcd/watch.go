@@ -7,19 +7,35 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// The shared loss watch. One watch per backend, on every key under
+// The shared watch. One watch per backend, on every key under
 // Config.KeyPrefix (deletes only), reports the deletion of a held lock key
 // that is not our own Release (lease expiry, revocation, etcdctl del) as a
-// loss of that lease: one watch and one goroutine for any number of held
-// leases, started with the first held lease and stopped by Close.
+// loss of that lease, and the deletion of the key just ahead of a waiting
+// contender's as its wake-up (wait.go): one watch and one goroutine for
+// any number of held leases and waiters, started with the first of them
+// and stopped by Close.
 //
 // It never misses a deletion: the first watch starts at the revision just
-// after the first held key was read as ours; a broken watch resumes at the
-// revision after the last one it delivered; a lease held from a revision
-// the watch does not cover (acquired while the watch was being started,
-// or before a compaction made the watch skip revisions) is checked with a
-// read once it is registered. While the watch is not established, Extend
+// after the first held or waiting key was read; a broken watch resumes at
+// the revision after the last one it delivered; a lease held or a wait
+// registered from a revision the watch does not cover (registered while
+// the watch was being started, or before a compaction made the watch skip
+// revisions) is checked with a read once it is registered. The deletions
+// the watch delivered before a registration (it runs ahead of the reads
+// that registrations come from) are kept in a ring of the latest ones, and
+// a registration looks there for its keys; one older than the ring is
+// checked with a read too. While the watch is not established, Extend
 // reads the key itself (see lease.Extend).
+
+// recentCap is the number of delivered deletions kept for registrations
+// that come after them.
+const recentCap = 1024
+
+// deletion is one delivered deletion.
+type deletion struct {
+	key string
+	rev int64
+}
 
 // watchState is guarded by backend.mu.
 type watchState struct {
@@ -27,23 +43,61 @@ type watchState struct {
 	from    int64 // every deletion at revision ≥ from is (or will be) seen
 	next    int64 // revision the next watch starts at
 	live    bool  // a watch is established
+
+	recent     []deletion // ring of the latest delivered deletions
+	recentPos  int        // next slot of recent to write
+	recentFrom int64      // every delivered deletion at revision ≥ recentFrom is in recent
+
+	waitOwn  map[string]*waiter              // waiting contenders by their key
+	waitPred map[string]map[*waiter]struct{} // waiting contenders by the key ahead of them
 }
 
-// register adds a held lease to the watch, starting the watch if this is
-// the first. hdr is a revision at which l's key was ours. It reports
-// whether l's key must be read because the watch does not cover hdr+1.
-// b.mu is held.
-func (b *backend) registerLocked(l *lease, hdr int64) (check bool) {
-	b.keys[l.key] = l
+// startLocked starts the watch at hdr+1 if it is not running. b.mu is held.
+func (b *backend) startLocked(hdr int64) {
 	w := &b.watch
-	if !w.started {
-		w.started = true
-		w.from, w.next = hdr+1, hdr+1
-		b.ops.Add(1)
-		go b.watchLoop()
-		return false
+	if w.started {
+		return
 	}
-	return hdr+1 < w.from
+	w.started = true
+	w.from, w.next, w.recentFrom = hdr+1, hdr+1, hdr+1
+	b.ops.Add(1)
+	go b.watchLoop()
+}
+
+// coveredLocked reports whether every deletion at a revision after hdr is
+// in recent or will be delivered. b.mu is held.
+func (b *backend) coveredLocked(hdr int64) bool {
+	w := &b.watch
+	return w.started && hdr+1 >= w.from && hdr+1 >= w.recentFrom
+}
+
+// deletedLocked returns the revision of the first delivered deletion of
+// key after revision after (0 if none). b.mu is held.
+func (b *backend) deletedLocked(key string, after int64) int64 {
+	var first int64
+	for _, d := range b.watch.recent {
+		if d.key == key && d.rev > after && (first == 0 || d.rev < first) {
+			first = d.rev
+		}
+	}
+	return first
+}
+
+// registerLocked adds a held lease to the watch, starting the watch if
+// this is the first. hdr is a revision at which l's key was ours. It
+// reports whether l's key must be read because the watch does not cover
+// hdr+1, and whether the watch delivered the key's deletion already.
+// b.mu is held.
+func (b *backend) registerLocked(l *lease, hdr int64) (check, lost bool) {
+	b.keys[l.key] = l
+	if !b.watch.started {
+		b.startLocked(hdr)
+		return false, false
+	}
+	if !b.coveredLocked(hdr) {
+		return true, false
+	}
+	return false, b.deletedLocked(l.key, l.rev) != 0
 }
 
 func (b *backend) watchLive() bool {
@@ -94,10 +148,12 @@ func (b *backend) watchOnce() {
 			if ev.Type != clientv3.EventTypeDelete {
 				continue
 			}
-			if l := b.keys[string(ev.Kv.Key)]; l != nil && ev.Kv.ModRevision > l.rev {
+			key, rev := string(ev.Kv.Key), ev.Kv.ModRevision
+			if l := b.keys[key]; l != nil && rev > l.rev {
 				lost = append(lost, l)
 			}
-			b.watch.next = max(b.watch.next, ev.Kv.ModRevision+1)
+			b.deliveredLocked(key, rev)
+			b.watch.next = max(b.watch.next, rev+1)
 		}
 		if wr.IsProgressNotify() {
 			b.watch.next = max(b.watch.next, wr.Header.Revision+1)
@@ -121,13 +177,42 @@ func (b *backend) recheckAll() {
 	}
 	rev := resp.Header.Revision
 	b.mu.Lock()
-	b.watch.from, b.watch.next = rev+1, rev+1
+	w := &b.watch
+	w.from, w.next, w.recentFrom = rev+1, rev+1, rev+1
+	w.recent, w.recentPos = w.recent[:0], 0
 	ls := make([]*lease, 0, len(b.keys))
 	for _, l := range b.keys {
 		ls = append(ls, l)
 	}
+	for _, wt := range w.waitOwn {
+		wt.recheck = true // registered from a revision no longer covered
+		wt.notify()
+	}
 	b.mu.Unlock()
 	for _, l := range ls {
 		l.checkKey(b.ctx)
+	}
+}
+
+// deliveredLocked records a delivered deletion of key at rev, and wakes
+// the waiters it concerns. b.mu is held.
+func (b *backend) deliveredLocked(key string, rev int64) {
+	w := &b.watch
+	if len(w.recent) < recentCap {
+		w.recent = append(w.recent, deletion{key, rev})
+	} else {
+		w.recentFrom = max(w.recentFrom, w.recent[w.recentPos].rev+1)
+		w.recent[w.recentPos] = deletion{key, rev}
+		w.recentPos = (w.recentPos + 1) % recentCap
+	}
+	if wt := w.waitOwn[key]; wt != nil && rev > wt.rev && wt.ownGone == 0 {
+		wt.ownGone = rev
+		wt.notify()
+	}
+	for wt := range w.waitPred[key] {
+		if rev > wt.from && wt.predGone == 0 {
+			wt.predGone = rev
+			wt.notify()
+		}
 	}
 }
