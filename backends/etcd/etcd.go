@@ -17,8 +17,12 @@
 //	P = KeyPrefix + escape(K)
 //
 // one per contender: P + "/" + the etcd lease ID it was created on in
-// lowercase hex + "_" + a number unique to the Client (also hex), with an
-// empty value, attached to that lease. KeyPrefix is
+// lowercase hex + "_" + a number (also hex) that no other key of the
+// Client uses at the same time, with an empty value, attached to that
+// lease. (The number of a key that the Client deleted itself is used
+// again, so a lock's keys stay few: etcd keeps an index entry for every
+// key name until the keyspace is compacted, and reading the queue visits
+// them all.) KeyPrefix is
 // Config.KeyPrefix, or the URL path plus "/" (etcd://host:2379/locks gives
 // "locks/"); it is used verbatim. escape replaces "%" with "%25" and "/"
 // with "%2F" and leaves every other byte alone, so that two lock prefixes
@@ -61,14 +65,16 @@
 // Acquire is one Txn (create our key on the class lease, read the queue),
 // as Mutex.Lock is. The portable layer counts a lease's validity from when
 // the request that started its TTL was sent, so the class lease's TTL
-// must restart after the acquisition began: TryAcquire sends a
-// KeepAliveOnce of the class lease alongside its Txn (shared with the
-// class's other acquisitions and renewals of that moment); a blocking
-// Acquire reports the send time of the class lease's last refresh
-// instead, and refreshes it only if that is older than TTL/6.
+// must restart after the acquisition began: TryAcquire sends a keepalive
+// of the class lease alongside its Txn (shared with the class's other
+// acquisitions and renewals of that moment); a blocking Acquire reports
+// the send time of the class lease's last refresh instead, and refreshes
+// it only if that is older than TTL/6 (in the background, not waited
+// for, once it is older than TTL/12). A keepalive is one message on the
+// Client's one LeaseKeepAlive stream, not a new gRPC stream.
 //
 // Renewal (Lease.Extend and auto-renew) joins the class's next
-// KeepAliveOnce: never one already sent (its send time would precede the
+// keepalive: never one already sent (its send time would precede the
 // renewal, and validity counts from it), but the one not sent yet, shared
 // by every renewal of the class that asks before it goes out. The class
 // sends at most one such keepalive at a time, and at most one per
@@ -95,29 +101,39 @@
 //
 // Release deletes our key, only if it is still ours: one Txn. An
 // acquire+release is thus two raft writes, the minimum for a queue of
-// keys, and a held lease costs no goroutine and no RPC of its own.
+// keys (plus, for TryAcquire, the keepalive message above), and a held
+// lease costs no goroutine and no RPC of its own.
 //
 // # Waiting and loss
 //
 // A blocked Acquire keeps its key (and its place in the FIFO queue) and
-// watches only the key just ahead of it, so a release wakes one waiter and
-// no herd. The watch starts at the current revision, which etcd serves at
-// once (a watch from an older revision waits for etcd's 100 ms catch-up
-// loop); a read after the watch is in place covers the time before it.
-// After every wake-up the waiter checks again that its own key still exists
-// before it counts itself the holder (the check whose absence caused
-// Jepsen's etcd 3.4.3 finding); if its key is gone (its lease expired, or
-// someone deleted it) it queues again. Its class lease is kept alive while
-// it waits.
+// waits for the deletion of the key just ahead of it. Held leases and
+// waiters share one watch per Client, on every key under KeyPrefix
+// (deletions only; with an empty KeyPrefix, the whole keyspace), which
+// delivers deletions in revision order; a release thus wakes the one
+// waiter behind it, and no herd. When the key ahead was the only key
+// ahead of ours (as read when we queued or last read the queue), its
+// deletion, with no deletion of our own key delivered before or with it,
+// proves our key first as of that revision: the turn passes with no
+// request at all. Otherwise the waiter reads the queue again as of the
+// deletion's revision (a serializable read at a fixed revision, which any
+// member serves from its own store). Our own key is never counted first
+// unless a read, or the watch up to that revision, shows it still exists
+// (the check whose absence caused Jepsen's etcd 3.4.3 finding); if it is
+// gone (its lease expired, or someone deleted it) the waiter queues
+// again. Its class lease is kept alive while it waits, and the queue is
+// read again at each keepalive (TTL/3), in case a deletion was never
+// delivered.
 //
-// Held leases share one watch per Client, on every key under KeyPrefix
-// (deletions only; with an empty KeyPrefix, the whole keyspace): a
-// deletion of a held key that is not our Release (lease expiry,
+// A deletion of a held key that is not our Release (lease expiry,
 // revocation, etcdctl del, Admin.Expire) ends that lease at once
-// (Lease.Done, through driver.LossHook: no goroutine per lease). The watch
-// resumes after the last revision it delivered when it breaks, and reads
-// every held key after a compaction made it skip revisions, so it never
-// misses a deletion.
+// (Lease.Done, through driver.LossHook: no goroutine per lease). The
+// watch resumes after the last revision it delivered when it breaks, and
+// reads every held key (and has every waiter read its queue) after a
+// compaction made it skip revisions; it keeps the latest deletions it
+// delivered, so a lease or a waiter registered after a deletion of its
+// keys that the watch delivered first still sees it; so it never misses
+// a deletion.
 //
 // # Errors
 //
@@ -416,11 +432,12 @@ func (b *backend) freeName(key string) {
 }
 
 // enqueue creates our key, attached to the lease of its TTL class, in one
-// Txn (like concurrency.Mutex), which also reads the key just ahead of
-// ours and the first key under the prefix. The key's TTL must count from
+// Txn (like concurrency.Mutex), which also reads the first key under the
+// prefix and, for a blocking Acquire, the key just ahead of ours. The
+// key's TTL must count from
 // c.sent: for TryAcquire (try) the portable layer counts validity from
 // the call, so the class lease's TTL is restarted after it, by a
-// KeepAliveOnce sent alongside the Txn (shared with other callers); a
+// keepalive sent alongside the Txn (shared with other callers); a
 // blocking Acquire reports c.sent itself and only refreshes a class whose
 // last refresh is older than TTL/6. On error nothing is left in the store.
 func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration, try bool) (*contender, error) {

@@ -93,7 +93,7 @@ func (l *lease) lostErr() error {
 }
 
 // Extend renews the lease. With the TTL of its class it joins the class's
-// next KeepAliveOnce (one sent after Extend was called, shared with the
+// next keepalive (one sent after Extend was called, shared with the
 // class's other renewals); with another TTL it moves our key to that TTL's
 // class. Either way the key must still be ours: the shared watch has not
 // seen it deleted (or, while the watch is down, a read finds it).

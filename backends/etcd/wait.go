@@ -230,7 +230,7 @@ func (b *backend) check(ctx context.Context, c *contender, at int64) (own bool, 
 }
 
 // keepAlive restarts the TTL of c's class lease (joining the class's
-// next KeepAliveOnce; urgent: at once) and, on success, moves c.sent to
+// next keepalive; urgent: at once) and, on success, moves c.sent to
 // when that request was sent. errRequeue if the lease is gone.
 func (b *backend) keepAlive(ctx context.Context, c *contender, urgent bool) error {
 	sent, granted, err := c.cls.refresh(ctx, urgent)
