@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -121,22 +123,45 @@ func (b *backend) watchLoop() {
 }
 
 // watchOnce runs one watch from b.watch.next until it breaks.
+//
+// It speaks the Watch RPC itself, on the client's connection, rather than
+// through clientv3's watcher: the events reach this goroutine straight
+// from the stream, not through the watcher's two goroutines, which on a
+// busy machine adds to every hand-off. (Auth, and the leader requirement,
+// come with the connection and the context as for clientv3's own calls.)
 func (b *backend) watchOnce() {
 	b.mu.Lock()
 	from := b.watch.next
 	b.mu.Unlock()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(b.ctx))
 	defer cancel()
-	ch := b.cli.Watch(wctx, b.keyPrefix, clientv3.WithPrefix(), clientv3.WithRev(from),
-		clientv3.WithFilterPut(), clientv3.WithCreatedNotify(), clientv3.WithProgressNotify())
-	for wr := range ch {
+	st, err := pb.NewWatchClient(b.cli.ActiveConnection()).Watch(wctx)
+	if err != nil {
+		return
+	}
+	key, end := []byte(b.keyPrefix), []byte(clientv3.GetPrefixRangeEnd(b.keyPrefix))
+	if len(key) == 0 {
+		key, end = []byte{0}, []byte{0} // every key (as clientv3.WithPrefix does)
+	}
+	err = st.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
+		Key: key, RangeEnd: end, StartRevision: from, ProgressNotify: true,
+		Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT},
+	}}})
+	if err != nil {
+		return
+	}
+	for {
+		wr, err := st.Recv()
+		if err != nil {
+			return
+		}
 		if wr.CompactRevision != 0 {
 			// Revisions we did not see were compacted: read every held
 			// key, and watch on from now.
 			b.recheckAll()
 			return
 		}
-		if wr.Canceled || wr.Err() != nil {
+		if wr.Canceled {
 			return
 		}
 		var lost []*lease
@@ -145,7 +170,7 @@ func (b *backend) watchOnce() {
 			b.watch.live = true
 		}
 		for _, ev := range wr.Events {
-			if ev.Type != clientv3.EventTypeDelete {
+			if ev.Type != mvccpb.DELETE {
 				continue
 			}
 			key, rev := string(ev.Kv.Key), ev.Kv.ModRevision
@@ -155,7 +180,9 @@ func (b *backend) watchOnce() {
 			b.deliveredLocked(key, rev)
 			b.watch.next = max(b.watch.next, rev+1)
 		}
-		if wr.IsProgressNotify() {
+		if len(wr.Events) == 0 && !wr.Created && wr.Header != nil && wr.Header.Revision != 0 {
+			// A progress notification: every event up to its revision
+			// was sent.
 			b.watch.next = max(b.watch.next, wr.Header.Revision+1)
 		}
 		b.mu.Unlock()
