@@ -325,3 +325,56 @@ func TestHandoffSendsNoRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleWatchStopsAndRestarts: with nothing held or awaited for
+// watchLinger the shared watch stops (an idle Client receives no
+// deletions); the next lease starts a new one, which still reports the
+// deletion of its key as a loss.
+func TestIdleWatchStopsAndRestarts(t *testing.T) {
+	e := newInteropEnv(t)
+	c := e.client()
+	var b *backend
+	if !c.As(&b) {
+		t.Fatal("Client.As(**backend) = false")
+	}
+	started := func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.watch.started
+	}
+	o := &fencelock.AcquireOptions{AutoRenew: fencelock.Bool(false)}
+	l, err := c.TryAcquire(e.ctx, "idle", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !started() {
+		t.Fatal("no shared watch while a lease is held")
+	}
+	if err := l.Release(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(watchLinger + 5*time.Second); started(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("shared watch still running %v after the last lease ended", watchLinger+5*time.Second)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a state, not a sync
+	}
+	l, err = c.TryAcquire(e.ctx, "idle", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !started() {
+		t.Fatal("no shared watch after a new lease")
+	}
+	if _, err := e.raw.Delete(e.ctx, string(e.lockKey("idle").Kvs[0].Key)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("deletion of the key not reported by the restarted watch")
+	}
+	if !errors.Is(l.Err(), fencelock.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", l.Err())
+	}
+}
