@@ -263,7 +263,6 @@ func (l *lease) forget() {
 	b.mu.Lock()
 	if b.keys[l.key] == l {
 		delete(b.keys, l.key)
-		b.idleLocked()
 	}
 	b.mu.Unlock()
 }

@@ -162,7 +162,6 @@ func (b *backend) registerWait(wt *waiter, c *contender) bool {
 func (b *backend) unregisterWait(wt *waiter) {
 	b.mu.Lock()
 	b.unregisterLocked(wt)
-	b.idleLocked()
 	b.mu.Unlock()
 }
 

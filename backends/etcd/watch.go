@@ -15,9 +15,7 @@ import (
 // loss of that lease, and the deletion of the key just ahead of a waiting
 // contender's as its wake-up (wait.go): one watch and one goroutine for
 // any number of held leases and waiters, started with the first of them
-// and stopped by Close, or once the Client has held and awaited nothing
-// for watchLinger (an idle Client does not receive every deletion under
-// the prefix; the next registration starts a new watch).
+// and stopped by Close.
 //
 // It never misses a deletion: the first watch starts at the revision just
 // after the first held or waiting key was read; a broken watch resumes at
@@ -44,12 +42,9 @@ type deletion struct {
 // watchState is guarded by backend.mu.
 type watchState struct {
 	started bool
-	gen     uint64             // generation of the running watch
-	stop    context.CancelFunc // stops the running watch
-	idle    *time.Timer        // stops it after watchLinger with nothing registered
-	from    int64              // every deletion at revision ≥ from is (or will be) seen
-	next    int64              // revision the next watch starts at
-	live    bool               // a watch is established
+	from    int64 // every deletion at revision ≥ from is (or will be) seen
+	next    int64 // revision the next watch starts at
+	live    bool  // a watch is established
 
 	recent     []deletion // ring of the latest delivered deletions
 	recentPos  int        // next slot of recent to write
@@ -65,46 +60,10 @@ func (b *backend) startLocked(hdr int64) {
 	if w.started {
 		return
 	}
-	w.started, w.live = true, false
-	w.gen++
+	w.started = true
 	w.from, w.next, w.recentFrom = hdr+1, hdr+1, hdr+1
-	w.recent, w.recentPos = w.recent[:0], 0
-	ctx, cancel := context.WithCancel(b.ctx)
-	w.stop = cancel
 	b.ops.Add(1)
-	go b.watchLoop(ctx, w.gen)
-}
-
-// watchLinger is how long the watch runs on with no held lease and no
-// waiter.
-const watchLinger = time.Second
-
-// idleLocked arranges for the watch to stop if nothing is registered
-// with it for watchLinger. Call it after unregistering. b.mu is held.
-func (b *backend) idleLocked() {
-	w := &b.watch
-	if !w.started || len(b.keys) > 0 || len(w.waitOwn) > 0 {
-		return
-	}
-	if w.idle == nil {
-		w.idle = time.AfterFunc(watchLinger, b.stopIfIdle)
-	} else {
-		w.idle.Reset(watchLinger)
-	}
-}
-
-// stopIfIdle stops the watch if nothing is registered with it. A later
-// registration starts a new one from its own read's revision, which etcd
-// replays from, so nothing is missed in between.
-func (b *backend) stopIfIdle() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	w := &b.watch
-	if !w.started || len(b.keys) > 0 || len(w.waitOwn) > 0 {
-		return
-	}
-	w.started, w.live = false, false
-	w.stop()
+	go b.watchLoop()
 }
 
 // coveredLocked reports whether every deletion at a revision after hdr is
@@ -149,18 +108,15 @@ func (b *backend) watchLive() bool {
 	return b.watch.live
 }
 
-// watchLoop runs generation gen of the shared watch until ctx ends
-// (Close, or stopIfIdle).
-func (b *backend) watchLoop(ctx context.Context, gen uint64) {
+// watchLoop runs the shared watch until Close.
+func (b *backend) watchLoop() {
 	defer b.ops.Done()
-	for ctx.Err() == nil {
-		b.watchOnce(ctx, gen)
+	for b.ctx.Err() == nil {
+		b.watchOnce()
 		b.mu.Lock()
-		if b.watch.gen == gen {
-			b.watch.live = false
-		}
+		b.watch.live = false
 		b.mu.Unlock()
-		if sleepCtx(ctx, 50*time.Millisecond) != nil {
+		if sleepCtx(b.ctx, 50*time.Millisecond) != nil {
 			return
 		}
 	}
@@ -173,15 +129,11 @@ func (b *backend) watchLoop(ctx context.Context, gen uint64) {
 // from the stream, not through the watcher's two goroutines, which on a
 // busy machine adds to every hand-off. (Auth, and the leader requirement,
 // come with the connection and the context as for clientv3's own calls.)
-func (b *backend) watchOnce(ctx context.Context, gen uint64) {
+func (b *backend) watchOnce() {
 	b.mu.Lock()
 	from := b.watch.next
-	current := b.watch.gen == gen
 	b.mu.Unlock()
-	if !current {
-		return
-	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(b.ctx))
 	defer cancel()
 	st, err := pb.NewWatchClient(b.cli.ActiveConnection()).Watch(wctx)
 	if err != nil {
@@ -206,7 +158,7 @@ func (b *backend) watchOnce(ctx context.Context, gen uint64) {
 		if wr.CompactRevision != 0 {
 			// Revisions we did not see were compacted: read every held
 			// key, and watch on from now.
-			b.recheckAll(gen)
+			b.recheckAll()
 			return
 		}
 		if wr.Canceled {
@@ -214,10 +166,6 @@ func (b *backend) watchOnce(ctx context.Context, gen uint64) {
 		}
 		var lost []*lease
 		b.mu.Lock()
-		if b.watch.gen != gen {
-			b.mu.Unlock()
-			return // stopped: a newer watch covers from its own start
-		}
 		if wr.Created {
 			b.watch.live = true
 		}
@@ -247,7 +195,7 @@ func (b *backend) watchOnce(ctx context.Context, gen uint64) {
 // recheckAll restarts coverage at the current revision after a
 // compaction: every held key is read once, and later watches start after
 // that revision.
-func (b *backend) recheckAll(gen uint64) {
+func (b *backend) recheckAll() {
 	rctx, cancel := b.rpcCtx(b.ctx)
 	defer cancel()
 	resp, err := b.cli.Get(rctx, b.keyPrefix, clientv3.WithCountOnly())
@@ -257,10 +205,6 @@ func (b *backend) recheckAll(gen uint64) {
 	rev := resp.Header.Revision
 	b.mu.Lock()
 	w := &b.watch
-	if w.gen != gen {
-		b.mu.Unlock()
-		return
-	}
 	w.from, w.next, w.recentFrom = rev+1, rev+1, rev+1
 	w.recent, w.recentPos = w.recent[:0], 0
 	ls := make([]*lease, 0, len(b.keys))
