@@ -325,3 +325,59 @@ func TestHandoffSendsNoRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchResumesAfterCompaction: a shared watch that resumes from a
+// revision etcd has compacted gets the compaction answer, reads the held
+// keys and watches on from the current revision, and still reports the
+// deletion of a held key.
+func TestWatchResumesAfterCompaction(t *testing.T) {
+	e := newInteropEnv(t)
+	c := e.client()
+	var b *backend
+	if !c.As(&b) {
+		t.Fatal("Client.As(**backend) = false")
+	}
+	for i := range 3 {
+		if _, err := e.raw.Put(e.ctx, e.keyPrefix+"filler", fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := e.raw.Delete(e.ctx, e.keyPrefix+"filler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.raw.Compact(e.ctx, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	// A watch that must resume at revision 2, long compacted.
+	b.mu.Lock()
+	b.startLocked(1)
+	b.mu.Unlock()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		b.mu.Lock()
+		from := b.watch.from
+		b.mu.Unlock()
+		if from > resp.Header.Revision {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("watch still covering from revision %d after the compaction at %d", from, resp.Header.Revision)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a state, not a sync
+	}
+	l, err := c.TryAcquire(e.ctx, "compacted", &fencelock.AcquireOptions{AutoRenew: fencelock.Bool(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.raw.Delete(e.ctx, string(e.lockKey("compacted").Kvs[0].Key)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("deletion of the key not reported after the watch resumed past the compaction")
+	}
+	if !errors.Is(l.Err(), fencelock.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", l.Err())
+	}
+}

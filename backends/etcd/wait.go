@@ -210,6 +210,12 @@ func (b *backend) check(ctx context.Context, c *contender, at int64) (own bool, 
 			at = 0
 			continue
 		}
+		// A read is idempotent: during an election ("leader changed", no
+		// leader) it is sent again, within the request timeout, rather
+		// than ending the wait.
+		if err != nil && retryable(err) && sleepCtx(rctx, 50*time.Millisecond) == nil {
+			continue
+		}
 		if err != nil {
 			return false, "", false, 0, b.fail(ctx, "check lock queue", err)
 		}
