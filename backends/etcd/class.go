@@ -16,8 +16,8 @@ import (
 // like concurrency.Session: every lock key it queues or holds with that
 // TTL is attached to the class's lease. Granting and revoking leases are
 // raft writes, restarting a lease's TTL is not, so an acquire is one Txn
-// and a renewal is one KeepAliveOnce shared by every lease of the class
-// that asks for one at about the same time (see refresh).
+// and a renewal is one keepalive (keepalive.go) shared by every lease of
+// the class that asks for one at about the same time (see refresh).
 //
 // The class lease is kept alive only on demand: by renewals (Extend, the
 // portable auto-renew) and waiting acquires, never by a loop of its own,
@@ -25,7 +25,7 @@ import (
 // lease's expiry if nothing renews the class, else by its own reaper (see
 // lease.reap), which deletes its key once its TTL has passed unrenewed.
 //
-// When the class lease is gone (revoked, expired: a KeepAliveOnce or a Put
+// When the class lease is gone (revoked, expired: a keepalive or a Put
 // says "lease not found") every lock on it is lost at once, and the next
 // acquire grants a new class lease.
 
@@ -61,7 +61,7 @@ type class struct {
 	timer      *time.Timer
 }
 
-// refreshReq is one KeepAliveOnce shared by the callers that joined it
+// refreshReq is one keepalive shared by the callers that joined it
 // before it was sent.
 type refreshReq struct {
 	done    chan struct{}
@@ -194,7 +194,7 @@ func (c *class) kill() {
 	}
 }
 
-// refresh restarts the class lease's TTL with a KeepAliveOnce sent after
+// refresh restarts the class lease's TTL with a keepalive sent after
 // refresh was called, and returns that request's send time and the TTL
 // granted. Callers share requests: one joins the request not sent yet, if
 // any, never one already sent (its send time would precede the call).
@@ -307,7 +307,7 @@ func (c *class) send(r *refreshReq, paced bool) {
 	}
 	c.mu.Unlock()
 	sent := time.Now()
-	ka, err := b.cli.KeepAliveOnce(rctx, c.id)
+	kaTTL, err := b.keepAliveOnce(rctx, c.id)
 	cancel()
 	gone := err != nil && isLeaseNotFound(err)
 	c.mu.Lock()
@@ -318,7 +318,7 @@ func (c *class) send(r *refreshReq, paced bool) {
 		if sent.After(c.lastSent) {
 			c.lastSent = sent
 		}
-		c.granted = max(ka.TTL, c.ttl)
+		c.granted = max(kaTTL, c.ttl)
 	}
 	if paced {
 		c.inflight = false
@@ -333,7 +333,7 @@ func (c *class) send(r *refreshReq, paced bool) {
 	case err != nil:
 		r.err = err
 	default:
-		r.sent, r.granted = sent, max(ka.TTL, c.ttl)
+		r.sent, r.granted = sent, max(kaTTL, c.ttl)
 	}
 	close(r.done)
 	if gone {

@@ -50,14 +50,17 @@ func (b *backend) fail(ctx context.Context, op string, err error) error {
 // to the caller's deadline is that deadline.
 const callerDeadlineSlack = 100 * time.Millisecond
 
-// deadlineStatus reports a gRPC DeadlineExceeded status.
+// deadlineStatus reports a gRPC DeadlineExceeded status, or the server's
+// own context error passed on as codes.Unknown (etcd 3.4 does that when
+// the deadline it was sent ends inside a request).
 func deadlineStatus(err error) bool {
 	var ee rpctypes.EtcdError
 	if errors.As(err, &ee) {
 		return ee.Code() == codes.DeadlineExceeded
 	}
 	s, ok := status.FromError(err)
-	return ok && s.Code() == codes.DeadlineExceeded
+	return ok && (s.Code() == codes.DeadlineExceeded ||
+		s.Code() == codes.Unknown && s.Message() == context.DeadlineExceeded.Error())
 }
 
 // connected reports whether the client has a ready connection to some

@@ -17,8 +17,12 @@
 //	P = KeyPrefix + escape(K)
 //
 // one per contender: P + "/" + the etcd lease ID it was created on in
-// lowercase hex + "_" + a number unique to the Client (also hex), with an
-// empty value, attached to that lease. KeyPrefix is
+// lowercase hex + "_" + a number (also hex) that no other key of the
+// Client uses at the same time, with an empty value, attached to that
+// lease. (The number of a key that the Client deleted itself is used
+// again, so a lock's keys stay few: etcd keeps an index entry for every
+// key name until the keyspace is compacted, and reading the queue visits
+// them all.) KeyPrefix is
 // Config.KeyPrefix, or the URL path plus "/" (etcd://host:2379/locks gives
 // "locks/"); it is used verbatim. escape replaces "%" with "%25" and "/"
 // with "%2F" and leaves every other byte alone, so that two lock prefixes
@@ -61,14 +65,16 @@
 // Acquire is one Txn (create our key on the class lease, read the queue),
 // as Mutex.Lock is. The portable layer counts a lease's validity from when
 // the request that started its TTL was sent, so the class lease's TTL
-// must restart after the acquisition began: TryAcquire sends a
-// KeepAliveOnce of the class lease alongside its Txn (shared with the
-// class's other acquisitions and renewals of that moment); a blocking
-// Acquire reports the send time of the class lease's last refresh
-// instead, and refreshes it only if that is older than TTL/6.
+// must restart after the acquisition began: TryAcquire sends a keepalive
+// of the class lease alongside its Txn (shared with the class's other
+// acquisitions and renewals of that moment); a blocking Acquire reports
+// the send time of the class lease's last refresh instead, and refreshes
+// it only if that is older than TTL/6 (in the background, not waited
+// for, once it is older than TTL/12). A keepalive is one message on the
+// Client's one LeaseKeepAlive stream, not a new gRPC stream.
 //
 // Renewal (Lease.Extend and auto-renew) joins the class's next
-// KeepAliveOnce: never one already sent (its send time would precede the
+// keepalive: never one already sent (its send time would precede the
 // renewal, and validity counts from it), but the one not sent yet, shared
 // by every renewal of the class that asks before it goes out. The class
 // sends at most one such keepalive at a time, and at most one per
@@ -95,29 +101,39 @@
 //
 // Release deletes our key, only if it is still ours: one Txn. An
 // acquire+release is thus two raft writes, the minimum for a queue of
-// keys, and a held lease costs no goroutine and no RPC of its own.
+// keys (plus, for TryAcquire, the keepalive message above), and a held
+// lease costs no goroutine and no RPC of its own.
 //
 // # Waiting and loss
 //
 // A blocked Acquire keeps its key (and its place in the FIFO queue) and
-// watches only the key just ahead of it, so a release wakes one waiter and
-// no herd. The watch starts at the current revision, which etcd serves at
-// once (a watch from an older revision waits for etcd's 100 ms catch-up
-// loop); a read after the watch is in place covers the time before it.
-// After every wake-up the waiter checks again that its own key still exists
-// before it counts itself the holder (the check whose absence caused
-// Jepsen's etcd 3.4.3 finding); if its key is gone (its lease expired, or
-// someone deleted it) it queues again. Its class lease is kept alive while
-// it waits.
+// waits for the deletion of the key just ahead of it. Held leases and
+// waiters share one watch per Client, on every key under KeyPrefix
+// (deletions only; with an empty KeyPrefix, the whole keyspace), which
+// delivers deletions in revision order; a release thus wakes the one
+// waiter behind it, and no herd. When the key ahead was the only key
+// ahead of ours (as read when we queued or last read the queue), its
+// deletion, with no deletion of our own key delivered before or with it,
+// proves our key first as of that revision: the turn passes with no
+// request at all. Otherwise the waiter reads the queue again as of the
+// deletion's revision (a serializable read at a fixed revision, which any
+// member serves from its own store). Our own key is never counted first
+// unless a read, or the watch up to that revision, shows it still exists
+// (the check whose absence caused Jepsen's etcd 3.4.3 finding); if it is
+// gone (its lease expired, or someone deleted it) the waiter queues
+// again. Its class lease is kept alive while it waits, and the queue is
+// read again at each keepalive (TTL/3), in case a deletion was never
+// delivered.
 //
-// Held leases share one watch per Client, on every key under KeyPrefix
-// (deletions only; with an empty KeyPrefix, the whole keyspace): a
-// deletion of a held key that is not our Release (lease expiry,
+// A deletion of a held key that is not our Release (lease expiry,
 // revocation, etcdctl del, Admin.Expire) ends that lease at once
-// (Lease.Done, through driver.LossHook: no goroutine per lease). The watch
-// resumes after the last revision it delivered when it breaks, and reads
-// every held key after a compaction made it skip revisions, so it never
-// misses a deletion.
+// (Lease.Done, through driver.LossHook: no goroutine per lease). The
+// watch resumes after the last revision it delivered when it breaks, and
+// reads every held key (and has every waiter read its queue) after a
+// compaction made it skip revisions; it keeps the latest deletions it
+// delivered, so a lease or a waiter registered after a deletion of its
+// keys that the watch delivered first still sees it; so it never misses
+// a deletion.
 //
 // # Errors
 //
@@ -146,6 +162,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -266,13 +283,16 @@ type backend struct {
 	closed  bool
 	ops     sync.WaitGroup    // acquires in flight and background work
 	classes map[int64]*class  // TTL classes by TTL in seconds (class.go)
+	free    map[string]uint64 // freed key numbers by key stem (see keyName)
 	keys    map[string]*lease // held leases by lock key (watch.go)
 	watch   watchState        // the shared loss watch (watch.go)
+
+	ka kaStream // the shared keepalive stream (keepalive.go); ka.mu before mu
 }
 
 func newBackend(cli *clientv3.Client, cfg *Config, own bool) *backend {
 	b := &backend{cli: cli, ownCli: own, timeout: DefaultRequestTimeout, caps: Capabilities,
-		classes: map[int64]*class{}, keys: map[string]*lease{}}
+		classes: map[int64]*class{}, keys: map[string]*lease{}, free: map[string]uint64{}}
 	if cfg != nil {
 		b.keyPrefix = cfg.KeyPrefix
 		if cfg.RequestTimeout > 0 {
@@ -354,24 +374,70 @@ type contender struct {
 	rev     int64  // CreateRevision of key (0: unknown)
 	sent    time.Time
 
+	once bool   // the Txn that created key was sent once (no retry may apply later)
 	held bool   // key is first under pfx (as of revision hdr)
 	pred string // the key just ahead of ours, if known ("" if held or unknown)
+	only bool   // pred is the only key ahead of ours
 	hdr  int64  // revision of the last read
 }
 
 // keyName is a new lock key under pfx on cls's lease: the lease ID in hex,
-// as concurrency.Mutex names its keys, then "_" and a number unique to the
-// backend, so that the class's contenders for one lock are distinct keys.
+// as concurrency.Mutex names its keys, then "_" and a number that no other
+// key of the backend uses at the same time, so that the class's
+// contenders for one lock are distinct keys.
+//
+// The number of a key that our own request deleted is used again (see
+// freeName): etcd keeps an index entry for every key name until the
+// keyspace is compacted, and a read of the queue (the first key under the
+// prefix, sorted by CreateRevision) visits all of them, so fresh names
+// for every acquisition would make each acquisition slower than the last
+// on a cluster that is not compacted often.
 func (b *backend) keyName(pfx string, cls *class) string {
-	return fmt.Sprintf("%s/%x_%x", pfx, int64(cls.id), b.seq.Add(1))
+	stem := fmt.Sprintf("%s/%x_", pfx, int64(cls.id))
+	b.mu.Lock()
+	n, ok := b.free[stem]
+	if ok {
+		delete(b.free, stem)
+	}
+	b.mu.Unlock()
+	if !ok {
+		n = b.seq.Add(1)
+	}
+	return stem + strconv.FormatUint(n, 16)
+}
+
+// maxFree bounds the freed key numbers kept for reuse.
+const maxFree = 4096
+
+// freeName makes the number of key available again. Call it only once a
+// request of ours has deleted key (any CreateRevision), with no other
+// request that might create it still in flight (the Txn that created it
+// was sent once, and answered): every other operation
+// on a key name compares its CreateRevision, so none can act on the next
+// key of that name.
+func (b *backend) freeName(key string) {
+	i := strings.LastIndexByte(key, '_')
+	if i < 0 {
+		return
+	}
+	n, err := strconv.ParseUint(key[i+1:], 16, 64)
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	if len(b.free) < maxFree {
+		b.free[key[:i+1]] = n
+	}
+	b.mu.Unlock()
 }
 
 // enqueue creates our key, attached to the lease of its TTL class, in one
-// Txn (like concurrency.Mutex), which also reads the key just ahead of
-// ours and the first key under the prefix. The key's TTL must count from
+// Txn (like concurrency.Mutex), which also reads the first key under the
+// prefix and, for a blocking Acquire, the key just ahead of ours. The
+// key's TTL must count from
 // c.sent: for TryAcquire (try) the portable layer counts validity from
 // the call, so the class lease's TTL is restarted after it, by a
-// KeepAliveOnce sent alongside the Txn (shared with other callers); a
+// keepalive sent alongside the Txn (shared with other callers); a
 // blocking Acquire reports c.sent itself and only refreshes a class whose
 // last refresh is older than TTL/6. On error nothing is left in the store.
 func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration, try bool) (*contender, error) {
@@ -395,7 +461,7 @@ func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration, t
 			}
 		}
 		c.key, c.rev = b.keyName(c.pfx, cls), 0
-		err = b.createKey(ctx, c)
+		err = b.createKey(ctx, c, !try)
 		if err != nil && isLeaseNotFound(err) && retry {
 			cls.kill()
 			continue
@@ -419,22 +485,30 @@ func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration, t
 	}
 }
 
-// createKey creates c.key on c's class lease (see enqueue).
-func (b *backend) createKey(ctx context.Context, c *contender) error {
-	// Before the Put, the last-created key is the one just ahead of ours.
-	last := clientv3.OpGet(c.pfx+"/", append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...)
+// createKey creates c.key on c's class lease (see enqueue); withPred
+// also reads the key just ahead of it (a TryAcquire, which leaves unless
+// it is first, does not need it).
+func (b *backend) createKey(ctx context.Context, c *contender, withPred bool) error {
 	first := clientv3.OpGet(c.pfx+"/", append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
+	then := []clientv3.Op{clientv3.OpPut(c.key, "", clientv3.WithLease(c.cls.id)), first}
+	if withPred {
+		// Before the Put, the last-created key is the one just ahead of ours.
+		last := clientv3.OpGet(c.pfx+"/", append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...)
+		then = append([]clientv3.Op{last}, then...)
+	}
 	// The Txn is idempotent (a retry finds our key and reads it), so it is
 	// retried when a member fails under it, within the request timeout.
 	rctx, cancel := b.rpcCtx(ctx)
 	defer cancel()
+	c.held, c.pred, c.only = false, "", false
 	var resp *clientv3.TxnResponse
 	var err error
-	for {
+	c.once = true
+	for ; ; c.once = false {
 		resp, err = b.cli.Txn(rctx).
 			If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0),
 				clientv3.Compare(clientv3.CreateRevision(c.tomb()), "=", 0)).
-			Then(last, clientv3.OpPut(c.key, "", clientv3.WithLease(c.cls.id)), first).
+			Then(then...).
 			Else(clientv3.OpGet(c.key, clientv3.WithKeysOnly()), first).
 			Commit()
 		if err == nil || !retryable(err) || sleepCtx(rctx, 50*time.Millisecond) != nil {
@@ -448,10 +522,14 @@ func (b *backend) createKey(ctx context.Context, c *contender) error {
 	var owner []*mvccpb.KeyValue
 	if resp.Succeeded {
 		c.rev = resp.Header.Revision
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			c.pred = string(kvs[0].Key)
+		rs := resp.Responses
+		if withPred {
+			if kvs := rs[0].GetResponseRange().Kvs; len(kvs) > 0 {
+				c.pred = string(kvs[0].Key)
+			}
+			rs = rs[1:]
 		}
-		owner = resp.Responses[2].GetResponseRange().Kvs
+		owner = rs[1].GetResponseRange().Kvs
 	} else { // our key exists already (a retried request)
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
@@ -464,6 +542,7 @@ func (b *backend) createKey(ctx context.Context, c *contender) error {
 	if c.held {
 		c.pred = ""
 	}
+	c.only = c.pred != "" && len(owner) > 0 && string(owner[0].Key) == c.pred
 	return nil
 }
 
@@ -489,6 +568,10 @@ func (b *backend) removeKey(ctx context.Context, c *contender) {
 		cancel()
 		if err != nil {
 			b.reapLater(c.key, c.rev)
+			return
+		}
+		if c.once {
+			b.freeName(c.key)
 		}
 		return
 	}
@@ -564,11 +647,19 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if !c.held {
 			err = b.waitTurn(ctx, c)
 		}
-		// Refresh the lease if its last refresh is old (a long wait, a slow
-		// cluster), so the portable deadline, counted from c.sent, is not
-		// short.
-		if err == nil && time.Since(c.sent) > time.Duration(c.ttl)*time.Second/6 {
-			err = b.keepAlive(ctx, c, true)
+		// The portable deadline counts from c.sent: the last refresh of
+		// the class lease (others' refreshes while we waited count too).
+		// If it is old (a long wait, a slow cluster) refresh it now, so
+		// the deadline is not short; if it is getting old, refresh it in
+		// the background, so the next grant need not wait for it.
+		if err == nil {
+			c.sent, c.granted = c.cls.state()
+			switch age, ttl := time.Since(c.sent), time.Duration(c.ttl)*time.Second; {
+			case age > ttl/6:
+				err = b.keepAlive(ctx, c, true)
+			case age > ttl/12:
+				_, _ = c.cls.join(false)
+			}
 		}
 		if errors.Is(err, errRequeue) {
 			b.removeKey(ctx, c)
@@ -593,15 +684,15 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 // adopt turns a granted contender into a held lease: registered with the
 // shared loss watch and its class, with its reaper armed.
 func (b *backend) adopt(ctx context.Context, c *contender) (*lease, error) {
-	l := &lease{b: b, key: c.key, rev: c.rev, cls: c.cls, ttl: c.ttl, granted: c.granted, refreshed: c.sent}
+	l := &lease{b: b, key: c.key, rev: c.rev, once: c.once, cls: c.cls, ttl: c.ttl, granted: c.granted, refreshed: c.sent}
 	l.lostCtx, l.lose = context.WithCancel(context.Background())
 	l.mu.Lock()
 	l.reaper = time.AfterFunc(time.Until(c.sent.Add(time.Duration(c.granted)*time.Second)), l.reap)
 	l.mu.Unlock()
 	b.mu.Lock()
-	check := b.registerLocked(l, c.hdr)
+	check, gone := b.registerLocked(l, c.hdr)
 	b.mu.Unlock()
-	if !c.cls.add(l) {
+	if gone || !c.cls.add(l) {
 		l.markLost()
 		return l, nil // lost already: the portable layer ends it at once
 	}

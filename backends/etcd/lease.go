@@ -27,9 +27,10 @@ var (
 // comes from the shared watch (watch.go) or the class (class.go), and the
 // reaper is a timer.
 type lease struct {
-	b   *backend
-	key string
-	rev int64
+	b    *backend
+	key  string
+	rev  int64
+	once bool // the key's Txn was sent once: its name may be reused (see freeName)
 
 	lostCtx   context.Context // done when the store dropped the lease
 	lose      context.CancelFunc
@@ -92,7 +93,7 @@ func (l *lease) lostErr() error {
 }
 
 // Extend renews the lease. With the TTL of its class it joins the class's
-// next KeepAliveOnce (one sent after Extend was called, shared with the
+// next keepalive (one sent after Extend was called, shared with the
 // class's other renewals); with another TTL it moves our key to that TTL's
 // class. Either way the key must still be ours: the shared watch has not
 // seen it deleted (or, while the watch is down, a read finds it).
@@ -240,6 +241,9 @@ func (l *lease) Release(ctx context.Context) error {
 	}
 	if !ok {
 		return fmt.Errorf("%w: lock key %q was already gone", driver.ErrLeaseLost, l.key)
+	}
+	if l.once {
+		b.freeName(l.key)
 	}
 	return nil
 }

@@ -2,10 +2,12 @@ package etcd
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/fencelock/fencelock"
 )
@@ -23,9 +25,11 @@ func (e *interopEnv) lockKey(name string) *clientv3.GetResponse {
 // TestWaiterWhoseKeyVanishedRequeues is the Jepsen etcd 3.4.3 case: a
 // waiter's key is deleted while it waits (its lease expired, an operator
 // deleted it) and another contender queues meanwhile. When the holder
-// releases, the waiter must not count itself the holder: the later
-// contender is now first. The waiter queues again and gets the lock only
-// after that contender releases.
+// releases, the waiter must not count itself the holder on its deleted
+// key. It queues again, as soon as the shared watch delivers the deletion
+// (before or after x queued) or at the latest when the key ahead goes;
+// whichever of x and the waiter is first then, the other gets the lock
+// only after it is released, with a greater fence.
 func TestWaiterWhoseKeyVanishedRequeues(t *testing.T) {
 	e := newInteropEnv(t)
 	h, w, x := e.client(), e.client(), e.client()
@@ -55,41 +59,47 @@ func TestWaiterWhoseKeyVanishedRequeues(t *testing.T) {
 		l, err := x.Acquire(e.ctx, name, &fencelock.AcquireOptions{Wait: 30 * time.Second})
 		xGot <- grant{l, err}
 	}()
-	e.waitKeys(name, 2) // holder and x
+	e.waitKeys(name, 2) // the holder and x, or the waiter queued again
 	if err := lh.Release(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	gx := <-xGot // x is first now
-	if gx.err != nil {
-		t.Fatal(gx.err)
+	var first grant
+	var other chan grant
+	select {
+	case first = <-xGot:
+		other = wGot
+	case first = <-wGot:
+		other = xGot
 	}
-	// Either the waiter queues again behind x (2 keys), or it wrongly
-	// counts itself the holder.
+	if first.err != nil {
+		t.Fatal(first.err)
+	}
+	// The other one queues (2 keys) and is not granted while first holds.
 	for deadline := time.Now().Add(10 * time.Second); e.lockKey(name).Count < 2; {
 		select {
-		case g := <-wGot:
-			t.Fatalf("waiter whose key vanished was granted (fence %v, err %v) while x holds the lock: two holders", g.l.Fence(), g.err)
+		case g := <-other:
+			t.Fatalf("granted (fence %v, err %v) while fence %v holds the lock: two holders", g.l.Fence(), g.err, first.l.Fence())
 		case <-time.After(5 * time.Millisecond): // polling the store for a state, not a sync
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("waiter neither queued again nor returned")
+			t.Fatal("the other contender neither queued nor returned")
 		}
 	}
 	select {
-	case g := <-wGot:
-		t.Fatalf("waiter granted (fence %v, err %v) while x holds the lock", g.l.Fence(), g.err)
+	case g := <-other:
+		t.Fatalf("granted (fence %v, err %v) while fence %v holds the lock", g.l.Fence(), g.err, first.l.Fence())
 	default:
 	}
-	if err := gx.l.Release(e.ctx); err != nil {
+	if err := first.l.Release(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	gw := <-wGot
-	if gw.err != nil {
-		t.Fatal(gw.err)
+	second := <-other
+	if second.err != nil {
+		t.Fatal(second.err)
 	}
-	defer gw.l.Release(e.ctx)
-	if gw.l.Fence() <= gx.l.Fence() {
-		t.Fatalf("requeued waiter's fence %d not above x's %d", gw.l.Fence(), gx.l.Fence())
+	defer second.l.Release(e.ctx)
+	if second.l.Fence() <= first.l.Fence() {
+		t.Fatalf("second holder's fence %d not above the first's %d", second.l.Fence(), first.l.Fence())
 	}
 }
 
@@ -212,5 +222,162 @@ func TestStoreLossWhileShortHeld(t *testing.T) {
 	}
 	if err := l.Release(e.ctx); !errors.Is(err, fencelock.ErrLeaseLost) {
 		t.Fatalf("Release after loss: %v", err)
+	}
+}
+
+// TestWaiterKeyDeletedWithPredecessor: the waiter's key and the holder's
+// are deleted by one Txn (one revision), so the shared watch delivers
+// both deletions together. The deletion of the key ahead must not pass the
+// turn to the waiter on its deleted key: it queues again, and holds under
+// its new key, created after that revision.
+func TestWaiterKeyDeletedWithPredecessor(t *testing.T) {
+	e := newInteropEnv(t)
+	h, w := e.client(), e.client()
+	name := "together"
+	lh, err := h.TryAcquire(e.ctx, name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lh.Release(e.ctx)
+	wGot := make(chan grant, 1)
+	go func() {
+		l, err := w.Acquire(e.ctx, name, &fencelock.AcquireOptions{Wait: 30 * time.Second})
+		wGot <- grant{l, err}
+	}()
+	e.waitKeys(name, 2)
+	var ops []clientv3.Op
+	for _, kv := range e.lockKey(name).Kvs {
+		ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+	}
+	resp, err := e.raw.Txn(e.ctx).Then(ops...).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := <-wGot
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	defer g.l.Release(e.ctx)
+	if g.l.Fence().Int64() <= resp.Header.Revision {
+		t.Fatalf("waiter holds with fence %d, not above revision %d that deleted its key: it took the turn on its deleted key", g.l.Fence(), resp.Header.Revision)
+	}
+	kvs := e.lockKey(name).Kvs
+	if len(kvs) != 1 || kvs[0].CreateRevision != g.l.Fence().Int64() {
+		t.Fatalf("keys %v, want only the waiter's new key (revision %d)", kvs, g.l.Fence())
+	}
+}
+
+// TestHandoffSendsNoRequest: when the key ahead of a waiter was the only
+// one ahead, its deletion (delivered by the shared watch) passes the turn
+// with no request from the waiter: the waiter's client sends no Txn
+// between queueing and holding.
+func TestHandoffSendsNoRequest(t *testing.T) {
+	srv := sharedEtcd(t, 1)
+	rc := &rpcCounter{n: -1}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), Logger: zap.NewNop(),
+		DialTimeout: 5 * time.Second, DialOptions: rc.dialOptions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	kp := fmt.Sprintf("handoff-%d/", time.Now().UnixNano())
+	w := NewWithConfig(cli, &Config{KeyPrefix: kp}, nil)
+	defer w.Close()
+	h := NewWithConfig(newClientv3(t, srv.Endpoints()...), &Config{KeyPrefix: kp}, nil)
+	defer h.Close()
+	o := &fencelock.AcquireOptions{TTL: 30 * time.Second}
+	for i := range 3 {
+		lh, err := h.Acquire(t.Context(), "x", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wGot := make(chan grant, 1)
+		go func() {
+			l, err := w.Acquire(t.Context(), "x", o)
+			wGot <- grant{l, err}
+		}()
+		raw := newClientv3(t, srv.Endpoints()...)
+		for {
+			resp, err := raw.Get(t.Context(), LockPrefix(kp, "x")+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Count == 2 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond) // polling the store for a state, not a sync
+		}
+		txn0 := rc.txn.Load()
+		if err := lh.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		g := <-wGot
+		if g.err != nil {
+			t.Fatal(g.err)
+		}
+		if n := rc.txn.Load() - txn0; n != 0 && i > 0 {
+			// The first wait may start the shared watch after the queue
+			// was read, and read it again.
+			t.Errorf("hand-off %d: the waiter sent %d Txns after it queued, want 0", i, n)
+		}
+		if err := g.l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestWatchResumesAfterCompaction: a shared watch that resumes from a
+// revision etcd has compacted gets the compaction answer, reads the held
+// keys and watches on from the current revision, and still reports the
+// deletion of a held key.
+func TestWatchResumesAfterCompaction(t *testing.T) {
+	e := newInteropEnv(t)
+	c := e.client()
+	var b *backend
+	if !c.As(&b) {
+		t.Fatal("Client.As(**backend) = false")
+	}
+	for i := range 3 {
+		if _, err := e.raw.Put(e.ctx, e.keyPrefix+"filler", fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := e.raw.Delete(e.ctx, e.keyPrefix+"filler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.raw.Compact(e.ctx, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	// A watch that must resume at revision 2, long compacted.
+	b.mu.Lock()
+	b.startLocked(1)
+	b.mu.Unlock()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		b.mu.Lock()
+		from := b.watch.from
+		b.mu.Unlock()
+		if from > resp.Header.Revision {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("watch still covering from revision %d after the compaction at %d", from, resp.Header.Revision)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a state, not a sync
+	}
+	l, err := c.TryAcquire(e.ctx, "compacted", &fencelock.AcquireOptions{AutoRenew: fencelock.Bool(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.raw.Delete(e.ctx, string(e.lockKey("compacted").Kvs[0].Key)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("deletion of the key not reported after the watch resumed past the compaction")
+	}
+	if !errors.Is(l.Err(), fencelock.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", l.Err())
 	}
 }

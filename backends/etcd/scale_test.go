@@ -24,6 +24,7 @@ type rpcCounter struct {
 	n int64 // Txns in the acquire phase
 
 	txn, keepAlive, other atomic.Int64
+	kaStreams             atomic.Int64 // LeaseKeepAlive streams opened
 
 	mu         sync.Mutex
 	heldAt     time.Time
@@ -45,7 +46,7 @@ func (c *rpcCounter) count(method string) {
 			c.releasedAt, c.atReleased = time.Now(), [2]int64{c.keepAlive.Load(), c.other.Load()}
 			c.mu.Unlock()
 		}
-	case "/etcdserverpb.Lease/LeaseKeepAlive":
+	case keepAliveMethod:
 		c.keepAlive.Add(1)
 	default:
 		c.other.Add(1)
@@ -71,10 +72,34 @@ func (c *rpcCounter) dialOptions() []grpc.DialOption {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}),
 		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			if method == keepAliveMethod {
+				// A keepalive is one message on a shared stream: count
+				// the messages, not the stream.
+				s, err := streamer(ctx, desc, cc, method, opts...)
+				if err != nil {
+					return nil, err
+				}
+				c.kaStreams.Add(1)
+				return countingStream{s, c}, nil
+			}
 			c.count(method)
 			return streamer(ctx, desc, cc, method, opts...)
 		}),
 	}
+}
+
+const keepAliveMethod = "/etcdserverpb.Lease/LeaseKeepAlive"
+
+// countingStream counts each request sent on a keepalive stream as one
+// keepalive.
+type countingStream struct {
+	grpc.ClientStream
+	c *rpcCounter
+}
+
+func (s countingStream) SendMsg(m any) error {
+	s.c.count(keepAliveMethod)
+	return s.ClientStream.SendMsg(m)
 }
 
 // holdMany runs conformance.HoldMany with n leases of ttl on a Client of
@@ -197,5 +222,49 @@ func TestAcquireReleaseRPCs(t *testing.T) {
 	// A class refresh is due only when the last is older than TTL/6 (5 s).
 	if ka > 1 && time.Since(start) < 5*time.Second {
 		t.Errorf("%d keepalives for %d acquisitions within %v, want at most 1", ka, n, time.Since(start))
+	}
+}
+
+// TestTryAcquireReleaseRPCs: a TryAcquire+Release is two Txns (create our
+// key and read the queue; delete it) and one keepalive of the class lease
+// (validity counts from the call), sent as a message on the one
+// keepalive stream: no other RPC, and no stream per keepalive.
+func TestTryAcquireReleaseRPCs(t *testing.T) {
+	srv := sharedEtcd(t, 1)
+	rc := &rpcCounter{n: -1}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), Logger: zap.NewNop(),
+		DialTimeout: 5 * time.Second, DialOptions: rc.dialOptions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	c := NewWithConfig(cli, &Config{KeyPrefix: "try-rpcs/"}, nil)
+	defer c.Close()
+	o := &fencelock.AcquireOptions{TTL: 30 * time.Second, AutoRenew: fencelock.Bool(false)}
+	cycle := func() {
+		l, err := c.TryAcquire(t.Context(), "x", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first grants the class (no keepalive: the grant was sent after
+	// the call) and starts the watch; the second opens the keepalive
+	// stream.
+	cycle()
+	cycle()
+	txn0, ka0, other0, streams0 := rc.txn.Load(), rc.keepAlive.Load(), rc.other.Load(), rc.kaStreams.Load()
+	const n = 20
+	for range n {
+		cycle()
+	}
+	txn, ka, other, streams := rc.txn.Load()-txn0, rc.keepAlive.Load()-ka0, rc.other.Load()-other0, rc.kaStreams.Load()-streams0
+	t.Logf("%d try-acquire+release: %d Txn, %d keepalives on %d new streams, %d other RPCs", n, txn, ka, streams, other)
+	// One other RPC may be background work landing in the window (the
+	// shared watch's stream opening); one per operation would show n.
+	if txn != 2*n || ka > n || other > 1 || streams != 0 {
+		t.Errorf("%d try-acquire+release: %d Txns, %d keepalives, %d new keepalive streams, %d other RPCs; want %d, at most %d, 0 and at most 1", n, txn, ka, streams, other, 2*n, n)
 	}
 }

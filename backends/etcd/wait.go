@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -17,64 +18,72 @@ var errRequeue = errors.New("etcd: our lock key vanished while waiting")
 // existed with no contender ahead of it. It returns errRequeue if c's key
 // vanished, or an error (ctx, store); it leaves c's key in place: the caller
 // deletes it on error.
+//
+// It waits for the deletion of the key just ahead of ours (c.pred), which
+// the shared watch (watch.go) delivers, with the deletions of our own key,
+// in revision order. When the key ahead was the only one ahead of ours
+// (c.only) and our key was not deleted before it, that deletion makes us
+// first as of its revision: the turn passes with no request at all.
+// Otherwise the queue is read again as of that revision (check).
 func (b *backend) waitTurn(ctx context.Context, c *contender) error {
 	ttl := time.Duration(c.ttl) * time.Second
 	ka := time.NewTimer(ttl / 3)
 	defer ka.Stop()
-	var w *predWatch
-	defer func() { w.close() }()
+	wt := &waiter{key: c.key, rev: c.rev, wake: make(chan struct{}, 1)}
+	defer b.unregisterWait(wt)
 	needCheck := c.pred == "" // enqueue told us the key ahead, as of c.hdr
-	if !needCheck {
-		w = b.watchDelete(ctx, c.pred)
-	}
+	// at is a revision the next check may read at (0: the latest), one
+	// that the member serving our watch has applied.
+	var at int64
 	for {
 		if needCheck {
 			needCheck = false
-			own, pred, hdr, err := b.check(ctx, c)
+			own, pred, only, hdr, err := b.check(ctx, c, at)
 			if err != nil {
 				return err
 			}
 			if !own {
 				return errRequeue
 			}
-			c.hdr = hdr
+			c.hdr, c.pred, c.only = hdr, pred, only
 			if pred == "" {
 				return nil // our turn
 			}
-			if w != nil && w.key != pred {
-				w.close()
-				w = nil
-			}
-			if w == nil {
-				w = b.watchDelete(ctx, pred)
-			}
 		}
+		if !b.registerWait(wt, c) {
+			// Registered from a revision the watch no longer covers
+			// (compacted, or the watch started after it): read again.
+			if at == 0 {
+				if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+					return b.fail(ctx, "wait", err)
+				}
+			}
+			needCheck, at = true, 0
+			continue
+		}
+		at = 0
 		select {
 		case <-ctx.Done():
 			return b.fail(ctx, "wait", ctx.Err())
-		case wr, ok := <-w.ch:
+		case <-wt.wake:
+			b.mu.Lock()
+			ownGone, predGone, recheck := wt.ownGone, wt.predGone, wt.recheck
+			b.mu.Unlock()
 			switch {
-			case !ok || wr.Canceled || wr.Err() != nil:
-				// Lost watch (member down, no leader): check and watch
-				// again, after a short pause so a failing cluster is not
-				// hammered.
-				w.close()
-				w = nil
+			case ownGone != 0:
+				return errRequeue
+			case recheck:
 				needCheck = true
-				if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
-					return b.fail(ctx, "wait", err)
-				}
-			case wr.Created:
-				// The watch covers events after its creation only: if
-				// anything happened since our check, check again now
-				// that the watch is in place.
-				needCheck = wr.Header.Revision > c.hdr
-			default:
-				for _, ev := range wr.Events {
-					if ev.Type == clientv3.EventTypeDelete {
-						needCheck = true
-					}
-				}
+			case predGone != 0 && c.only:
+				// Every deletion of our key up to predGone was delivered
+				// before (or with) that of the key ahead: our key existed
+				// at predGone, with nothing ahead of it.
+				c.hdr, c.pred = predGone, ""
+				return nil
+			case predGone != 0:
+				// Read as of the deletion: whether anything is left
+				// ahead of our key then.
+				needCheck, at = true, predGone
 			}
 		case <-ka.C:
 			err := b.keepAlive(ctx, c, false)
@@ -86,34 +95,148 @@ func (b *backend) waitTurn(ctx context.Context, c *contender) error {
 			default:
 				ka.Reset(ttl / 3)
 			}
-			needCheck = true // also a poll, in case a watch event was lost
+			needCheck = true // also a poll, in case a deletion was not delivered
 		}
 	}
 }
 
-// check reads, in one Txn, whether c's key still exists and which key is
-// just ahead of it ("" if none).
-func (b *backend) check(ctx context.Context, c *contender) (own bool, pred string, hdr int64, err error) {
+// waiter is a contender waiting for its turn, registered with the shared
+// watch. The fields after wake are guarded by backend.mu.
+type waiter struct {
+	key  string        // our key
+	rev  int64         // its CreateRevision
+	wake chan struct{} // buffered 1: something below changed
+
+	pred     string // the key just ahead of ours
+	from     int64  // a deletion of pred after this revision counts
+	ownGone  int64  // revision of our key's deletion (0: none delivered)
+	predGone int64  // revision of pred's deletion (0: none delivered)
+	recheck  bool   // the watch no longer covers from: read again
+}
+
+func (w *waiter) notify() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// registerWait (re-)registers wt for the deletion of c.pred after c.hdr
+// (and of our key), starting the shared watch if it is not running. It
+// reports false if the watch does not cover c.hdr+1: the caller must read
+// the queue again.
+func (b *backend) registerWait(wt *waiter, c *contender) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.unregisterLocked(wt)
+	select {
+	case <-wt.wake:
+	default:
+	}
+	wt.pred, wt.from, wt.ownGone, wt.predGone, wt.recheck = c.pred, c.hdr, 0, 0, false
+	w := &b.watch
+	if !w.started {
+		b.startLocked(c.hdr)
+	} else if !b.coveredLocked(c.hdr) {
+		return false
+	}
+	if w.waitOwn == nil {
+		w.waitOwn, w.waitPred = map[string]*waiter{}, map[string]map[*waiter]struct{}{}
+	}
+	w.waitOwn[wt.key] = wt
+	set := w.waitPred[wt.pred]
+	if set == nil {
+		set = map[*waiter]struct{}{}
+		w.waitPred[wt.pred] = set
+	}
+	set[wt] = struct{}{}
+	// Deletions the watch delivered before we registered.
+	wt.ownGone = b.deletedLocked(wt.key, wt.rev)
+	wt.predGone = b.deletedLocked(wt.pred, wt.from)
+	if wt.ownGone != 0 || wt.predGone != 0 {
+		wt.notify()
+	}
+	return true
+}
+
+func (b *backend) unregisterWait(wt *waiter) {
+	b.mu.Lock()
+	b.unregisterLocked(wt)
+	b.mu.Unlock()
+}
+
+// unregisterLocked removes wt from the watch's waiters. b.mu is held.
+func (b *backend) unregisterLocked(wt *waiter) {
+	w := &b.watch
+	if w.waitOwn[wt.key] == wt {
+		delete(w.waitOwn, wt.key)
+	}
+	if set := w.waitPred[wt.pred]; set != nil {
+		delete(set, wt)
+		if len(set) == 0 {
+			delete(w.waitPred, wt.pred)
+		}
+	}
+}
+
+// check reads, in one Txn, whether c's key still exists, which key is
+// just ahead of it ("" if none) and whether that is the only key ahead
+// (it is also the first under the prefix), as of revision at, or of the
+// latest revision if at is 0; hdr is the revision read.
+//
+// A read at a given revision is exact whenever it is served: the state
+// as of a committed revision never changes. So it is served by whichever
+// member the client asks, from its own store (serializable, no raft
+// round, which under load waits for the next fsync); if that member has
+// not applied the revision yet, or it was compacted, check reads the
+// latest revision instead (linearizable).
+func (b *backend) check(ctx context.Context, c *contender, at int64) (own bool, pred string, only bool, hdr int64, err error) {
 	rctx, cancel := b.rpcCtx(ctx)
 	defer cancel()
-	ahead := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(c.rev-1), clientv3.WithKeysOnly())
-	resp, err := b.cli.Txn(rctx).Then(
-		clientv3.OpGet(c.key, clientv3.WithKeysOnly()),
-		clientv3.OpGet(c.pfx+"/", ahead...),
-	).Commit()
-	if err != nil {
-		return false, "", 0, b.fail(ctx, "check lock queue", err)
+	for {
+		mineOpts := []clientv3.OpOption{clientv3.WithKeysOnly()}
+		ahead := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(c.rev-1), clientv3.WithKeysOnly())
+		first := append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())
+		if at > 0 {
+			pin := []clientv3.OpOption{clientv3.WithRev(at), clientv3.WithSerializable()}
+			mineOpts, ahead, first = append(mineOpts, pin...), append(ahead, pin...), append(first, pin...)
+		}
+		resp, err := b.cli.Txn(rctx).Then(
+			clientv3.OpGet(c.key, mineOpts...),
+			clientv3.OpGet(c.pfx+"/", ahead...),
+			clientv3.OpGet(c.pfx+"/", first...),
+		).Commit()
+		if err != nil && at > 0 && (errors.Is(err, rpctypes.ErrFutureRev) || errors.Is(err, rpctypes.ErrCompacted)) {
+			at = 0
+			continue
+		}
+		// A read is idempotent: during an election ("leader changed", no
+		// leader) it is sent again, within the request timeout, rather
+		// than ending the wait.
+		if err != nil && retryable(err) && sleepCtx(rctx, 50*time.Millisecond) == nil {
+			continue
+		}
+		if err != nil {
+			return false, "", false, 0, b.fail(ctx, "check lock queue", err)
+		}
+		mine := resp.Responses[0].GetResponseRange().Kvs
+		own = len(mine) == 1 && mine[0].CreateRevision == c.rev
+		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+			pred = string(kvs[0].Key)
+		}
+		if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 {
+			only = pred != "" && string(kvs[0].Key) == pred
+		}
+		hdr = resp.Header.Revision
+		if at > 0 {
+			hdr = at
+		}
+		return own, pred, only, hdr, nil
 	}
-	mine := resp.Responses[0].GetResponseRange().Kvs
-	own = len(mine) == 1 && mine[0].CreateRevision == c.rev
-	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-		pred = string(kvs[0].Key)
-	}
-	return own, pred, resp.Header.Revision, nil
 }
 
 // keepAlive restarts the TTL of c's class lease (joining the class's
-// next KeepAliveOnce; urgent: at once) and, on success, moves c.sent to
+// next keepalive; urgent: at once) and, on success, moves c.sent to
 // when that request was sent. errRequeue if the lease is gone.
 func (b *backend) keepAlive(ctx context.Context, c *contender, urgent bool) error {
 	sent, granted, err := c.cls.refresh(ctx, urgent)
@@ -125,28 +248,6 @@ func (b *backend) keepAlive(ctx context.Context, c *contender, urgent bool) erro
 	}
 	c.sent, c.granted = sent, granted
 	return nil
-}
-
-// predWatch watches one key for its deletion.
-type predWatch struct {
-	key    string
-	ch     clientv3.WatchChan
-	cancel context.CancelFunc
-}
-
-// watchDelete watches key for deletes from the current revision on (etcd
-// serves such a watch at once), announcing its creation (WithCreatedNotify)
-// so the caller can tell whether its earlier read is still current.
-func (b *backend) watchDelete(ctx context.Context, key string) *predWatch {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	ch := b.cli.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	return &predWatch{key: key, ch: ch, cancel: cancel}
-}
-
-func (w *predWatch) close() {
-	if w != nil {
-		w.cancel()
-	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

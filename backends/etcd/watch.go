@@ -4,22 +4,40 @@ import (
 	"context"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// The shared loss watch. One watch per backend, on every key under
+// The shared watch. One watch per backend, on every key under
 // Config.KeyPrefix (deletes only), reports the deletion of a held lock key
 // that is not our own Release (lease expiry, revocation, etcdctl del) as a
-// loss of that lease: one watch and one goroutine for any number of held
-// leases, started with the first held lease and stopped by Close.
+// loss of that lease, and the deletion of the key just ahead of a waiting
+// contender's as its wake-up (wait.go): one watch and one goroutine for
+// any number of held leases and waiters, started with the first of them
+// and stopped by Close.
 //
 // It never misses a deletion: the first watch starts at the revision just
-// after the first held key was read as ours; a broken watch resumes at the
-// revision after the last one it delivered; a lease held from a revision
-// the watch does not cover (acquired while the watch was being started,
-// or before a compaction made the watch skip revisions) is checked with a
-// read once it is registered. While the watch is not established, Extend
+// after the first held or waiting key was read; a broken watch resumes at
+// the revision after the last one it delivered; a lease held or a wait
+// registered from a revision the watch does not cover (registered while
+// the watch was being started, or before a compaction made the watch skip
+// revisions) is checked with a read once it is registered. The deletions
+// the watch delivered before a registration (it runs ahead of the reads
+// that registrations come from) are kept in a ring of the latest ones, and
+// a registration looks there for its keys; one older than the ring is
+// checked with a read too. While the watch is not established, Extend
 // reads the key itself (see lease.Extend).
+
+// recentCap is the number of delivered deletions kept for registrations
+// that come after them.
+const recentCap = 1024
+
+// deletion is one delivered deletion.
+type deletion struct {
+	key string
+	rev int64
+}
 
 // watchState is guarded by backend.mu.
 type watchState struct {
@@ -27,23 +45,61 @@ type watchState struct {
 	from    int64 // every deletion at revision ≥ from is (or will be) seen
 	next    int64 // revision the next watch starts at
 	live    bool  // a watch is established
+
+	recent     []deletion // ring of the latest delivered deletions
+	recentPos  int        // next slot of recent to write
+	recentFrom int64      // every delivered deletion at revision ≥ recentFrom is in recent
+
+	waitOwn  map[string]*waiter              // waiting contenders by their key
+	waitPred map[string]map[*waiter]struct{} // waiting contenders by the key ahead of them
 }
 
-// register adds a held lease to the watch, starting the watch if this is
-// the first. hdr is a revision at which l's key was ours. It reports
-// whether l's key must be read because the watch does not cover hdr+1.
-// b.mu is held.
-func (b *backend) registerLocked(l *lease, hdr int64) (check bool) {
-	b.keys[l.key] = l
+// startLocked starts the watch at hdr+1 if it is not running. b.mu is held.
+func (b *backend) startLocked(hdr int64) {
 	w := &b.watch
-	if !w.started {
-		w.started = true
-		w.from, w.next = hdr+1, hdr+1
-		b.ops.Add(1)
-		go b.watchLoop()
-		return false
+	if w.started {
+		return
 	}
-	return hdr+1 < w.from
+	w.started = true
+	w.from, w.next, w.recentFrom = hdr+1, hdr+1, hdr+1
+	b.ops.Add(1)
+	go b.watchLoop()
+}
+
+// coveredLocked reports whether every deletion at a revision after hdr is
+// in recent or will be delivered. b.mu is held.
+func (b *backend) coveredLocked(hdr int64) bool {
+	w := &b.watch
+	return w.started && hdr+1 >= w.from && hdr+1 >= w.recentFrom
+}
+
+// deletedLocked returns the revision of the first delivered deletion of
+// key after revision after (0 if none). b.mu is held.
+func (b *backend) deletedLocked(key string, after int64) int64 {
+	var first int64
+	for _, d := range b.watch.recent {
+		if d.key == key && d.rev > after && (first == 0 || d.rev < first) {
+			first = d.rev
+		}
+	}
+	return first
+}
+
+// registerLocked adds a held lease to the watch, starting the watch if
+// this is the first. hdr is a revision at which l's key was ours. It
+// reports whether l's key must be read because the watch does not cover
+// hdr+1, and whether the watch delivered the key's deletion already.
+// b.mu is held.
+func (b *backend) registerLocked(l *lease, hdr int64) (check, lost bool) {
+	b.keys[l.key] = l
+	if !b.watch.started {
+		b.startLocked(hdr)
+		return false, false
+	}
+	if !b.coveredLocked(hdr) {
+		return true, false
+	}
+	return false, b.deletedLocked(l.key, l.rev) != 0
 }
 
 func (b *backend) watchLive() bool {
@@ -67,22 +123,45 @@ func (b *backend) watchLoop() {
 }
 
 // watchOnce runs one watch from b.watch.next until it breaks.
+//
+// It speaks the Watch RPC itself, on the client's connection, rather than
+// through clientv3's watcher: the events reach this goroutine straight
+// from the stream, not through the watcher's two goroutines, which on a
+// busy machine adds to every hand-off. (Auth, and the leader requirement,
+// come with the connection and the context as for clientv3's own calls.)
 func (b *backend) watchOnce() {
 	b.mu.Lock()
 	from := b.watch.next
 	b.mu.Unlock()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(b.ctx))
 	defer cancel()
-	ch := b.cli.Watch(wctx, b.keyPrefix, clientv3.WithPrefix(), clientv3.WithRev(from),
-		clientv3.WithFilterPut(), clientv3.WithCreatedNotify(), clientv3.WithProgressNotify())
-	for wr := range ch {
+	st, err := pb.NewWatchClient(b.cli.ActiveConnection()).Watch(wctx)
+	if err != nil {
+		return
+	}
+	key, end := []byte(b.keyPrefix), []byte(clientv3.GetPrefixRangeEnd(b.keyPrefix))
+	if len(key) == 0 {
+		key, end = []byte{0}, []byte{0} // every key (as clientv3.WithPrefix does)
+	}
+	err = st.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
+		Key: key, RangeEnd: end, StartRevision: from, ProgressNotify: true,
+		Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT},
+	}}})
+	if err != nil {
+		return
+	}
+	for {
+		wr, err := st.Recv()
+		if err != nil {
+			return
+		}
 		if wr.CompactRevision != 0 {
 			// Revisions we did not see were compacted: read every held
 			// key, and watch on from now.
 			b.recheckAll()
 			return
 		}
-		if wr.Canceled || wr.Err() != nil {
+		if wr.Canceled {
 			return
 		}
 		var lost []*lease
@@ -91,15 +170,19 @@ func (b *backend) watchOnce() {
 			b.watch.live = true
 		}
 		for _, ev := range wr.Events {
-			if ev.Type != clientv3.EventTypeDelete {
+			if ev.Type != mvccpb.DELETE {
 				continue
 			}
-			if l := b.keys[string(ev.Kv.Key)]; l != nil && ev.Kv.ModRevision > l.rev {
+			key, rev := string(ev.Kv.Key), ev.Kv.ModRevision
+			if l := b.keys[key]; l != nil && rev > l.rev {
 				lost = append(lost, l)
 			}
-			b.watch.next = max(b.watch.next, ev.Kv.ModRevision+1)
+			b.deliveredLocked(key, rev)
+			b.watch.next = max(b.watch.next, rev+1)
 		}
-		if wr.IsProgressNotify() {
+		if len(wr.Events) == 0 && !wr.Created && wr.Header != nil && wr.Header.Revision != 0 {
+			// A progress notification: every event up to its revision
+			// was sent.
 			b.watch.next = max(b.watch.next, wr.Header.Revision+1)
 		}
 		b.mu.Unlock()
@@ -121,13 +204,42 @@ func (b *backend) recheckAll() {
 	}
 	rev := resp.Header.Revision
 	b.mu.Lock()
-	b.watch.from, b.watch.next = rev+1, rev+1
+	w := &b.watch
+	w.from, w.next, w.recentFrom = rev+1, rev+1, rev+1
+	w.recent, w.recentPos = w.recent[:0], 0
 	ls := make([]*lease, 0, len(b.keys))
 	for _, l := range b.keys {
 		ls = append(ls, l)
 	}
+	for _, wt := range w.waitOwn {
+		wt.recheck = true // registered from a revision no longer covered
+		wt.notify()
+	}
 	b.mu.Unlock()
 	for _, l := range ls {
 		l.checkKey(b.ctx)
+	}
+}
+
+// deliveredLocked records a delivered deletion of key at rev, and wakes
+// the waiters it concerns. b.mu is held.
+func (b *backend) deliveredLocked(key string, rev int64) {
+	w := &b.watch
+	if len(w.recent) < recentCap {
+		w.recent = append(w.recent, deletion{key, rev})
+	} else {
+		w.recentFrom = max(w.recentFrom, w.recent[w.recentPos].rev+1)
+		w.recent[w.recentPos] = deletion{key, rev}
+		w.recentPos = (w.recentPos + 1) % recentCap
+	}
+	if wt := w.waitOwn[key]; wt != nil && rev > wt.rev && wt.ownGone == 0 {
+		wt.ownGone = rev
+		wt.notify()
+	}
+	for wt := range w.waitPred[key] {
+		if rev > wt.from && wt.predGone == 0 {
+			wt.predGone = rev
+			wt.notify()
+		}
 	}
 }
