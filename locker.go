@@ -317,7 +317,17 @@ func (c *Client) tryOnce(ctx context.Context, name string, o resolved) (*Lease, 
 	req := driver.AcquireRequest{Name: o.key, Token: newToken(), TTL: o.ttl}
 	sent := time.Now()
 	c.m.add(c.m.attempts)
-	dl, err := c.b.TryAcquire(ctx, req)
+	var dl driver.Lease
+	var err error
+	if ta, ok := c.b.(driver.TimedTryAcquirer); ok {
+		var at time.Time
+		dl, at, err = ta.TryAcquireAt(ctx, req)
+		if err == nil && at.Before(sent) {
+			sent = at // the TTL clock started before this attempt
+		}
+	} else {
+		dl, err = c.b.TryAcquire(ctx, req)
+	}
 	if err != nil {
 		if errors.Is(err, ErrNotAcquired) {
 			c.m.add(c.m.notAcquired)

@@ -104,6 +104,22 @@ type Blocker interface {
 	Acquire(ctx context.Context, req AcquireRequest) (l Lease, sent time.Time, err error)
 }
 
+// TimedTryAcquirer is implemented by a Backend whose TryAcquire can grant
+// a lease whose TTL clock started before the call: a store whose TTLs
+// belong to a shared session or lease renewed on its own schedule (etcd's
+// one lease per TTL class), where restarting that clock on every attempt
+// would cost a request. The portable TryAcquire then calls TryAcquireAt
+// instead of TryAcquire.
+type TimedTryAcquirer interface {
+	// TryAcquireAt is TryAcquire that also returns sent, as
+	// Blocker.Acquire does: a local time.Now() taken no later than the
+	// moment the store started the granted lease's TTL clock. The portable
+	// layer counts the lease's validity from the earlier of sent and the
+	// moment it called TryAcquireAt, so sent must never be later than the
+	// truth.
+	TryAcquireAt(ctx context.Context, req AcquireRequest) (l Lease, sent time.Time, err error)
+}
+
 // LossNotifier is implemented by a Lease whose store can say the lease is
 // gone before a renewal would find out (a session expired, a connection
 // that held the lock died).

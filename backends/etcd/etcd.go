@@ -65,12 +65,16 @@
 // Acquire is one Txn (create our key on the class lease, read the queue),
 // as Mutex.Lock is. The portable layer counts a lease's validity from when
 // the request that started its TTL was sent, so the class lease's TTL
-// must restart after the acquisition began: TryAcquire sends a keepalive
-// of the class lease alongside its Txn (shared with the class's other
-// acquisitions and renewals of that moment); a blocking Acquire reports
-// the send time of the class lease's last refresh instead, and refreshes
-// it only if that is older than TTL/6 (in the background, not waited
-// for, once it is older than TTL/12). A keepalive is one message on the
+// must restart after the acquisition began, or the driver must report
+// when it did restart. The portable Client's TryAcquire and Acquire do the
+// latter (driver.TimedTryAcquirer, driver.Blocker): they report the send
+// time of the class lease's last refresh, and refresh it first only if
+// that is older than TTL/6 (in the background, not waited for, once it is
+// older than TTL/12), so a grant is one Txn, as Mutex's is, and its
+// validity may be up to TTL/6 shorter than the TTL. The bare driver's
+// TryAcquire, which cannot report it, sends a keepalive of the class
+// lease alongside its Txn (shared with the class's other acquisitions and
+// renewals of that moment). A keepalive is one message on the
 // Client's one LeaseKeepAlive stream, not a new gRPC stream.
 //
 // Renewal (Lease.Extend and auto-renew) joins the class's next
@@ -101,8 +105,7 @@
 //
 // Release deletes our key, only if it is still ours: one Txn. An
 // acquire+release is thus two raft writes, the minimum for a queue of
-// keys (plus, for TryAcquire, the keepalive message above), and a held
-// lease costs no goroutine and no RPC of its own.
+// keys, and a held lease costs no goroutine and no RPC of its own.
 //
 // # Waiting and loss
 //
@@ -440,7 +443,7 @@ func (b *backend) freeName(key string) {
 // keepalive sent alongside the Txn (shared with other callers); a
 // blocking Acquire reports c.sent itself and only refreshes a class whose
 // last refresh is older than TTL/6. On error nothing is left in the store.
-func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration, try bool) (*contender, error) {
+func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration, try, timed bool) (*contender, error) {
 	c := &contender{pfx: b.keyPrefix + escape(name), ttl: ttlSeconds(ttl)}
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
@@ -452,7 +455,8 @@ func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration, t
 		c.cls = cls
 		c.sent, c.granted = cls.state()
 		var r *refreshReq
-		if c.sent.Before(start) && (try || time.Since(c.sent) > time.Duration(c.ttl)*time.Second/6) {
+		age, full := time.Since(c.sent), time.Duration(c.ttl)*time.Second
+		if !timed && try && c.sent.Before(start) || age > full/6 {
 			if r, err = cls.join(true); err != nil {
 				if retry {
 					continue
@@ -480,6 +484,8 @@ func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration, t
 				return nil, b.fail(ctx, "keep lease alive", err)
 			}
 			c.sent, c.granted = sent, granted
+		} else if timed && age > full/12 {
+			_, _ = cls.join(false) // getting old: refresh in the background
 		}
 		return c, nil
 	}
@@ -610,23 +616,42 @@ func (b *backend) removeKey(ctx context.Context, c *contender) {
 // TryAcquire is concurrency.Mutex.TryLock: queue, and leave at once
 // (deleting our key) unless we are first.
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
+	l, _, err := b.tryAcquire(ctx, req, false)
+	return l, err
+}
+
+// TryAcquireAt implements driver.TimedTryAcquirer: TryAcquire without the
+// class lease's keepalive when its last refresh is recent (at most TTL/6
+// old, as a blocking Acquire allows; one older than TTL/12 is refreshed in
+// the background for the next grant). The grant is then one Txn, as
+// concurrency.Mutex's is, and sent is that last refresh's send time.
+func (b *backend) TryAcquireAt(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
+	return b.tryAcquire(ctx, req, true)
+}
+
+// tryAcquire is one attempt; timed: see TryAcquireAt.
+func (b *backend) tryAcquire(ctx context.Context, req driver.AcquireRequest, timed bool) (driver.Lease, time.Time, error) {
 	if err := b.begin(); err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	defer b.ops.Done()
-	c, err := b.enqueue(ctx, req.Name, req.TTL, true)
+	c, err := b.enqueue(ctx, req.Name, req.TTL, true, timed)
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	if !c.held {
 		b.removeKey(ctx, c)
-		return nil, fmt.Errorf("%w: another contender is first under %q", driver.ErrNotAcquired, c.pfx)
+		return nil, time.Time{}, fmt.Errorf("%w: another contender is first under %q", driver.ErrNotAcquired, c.pfx)
 	}
 	if err := ctx.Err(); err != nil {
 		b.removeKey(ctx, c)
-		return nil, err
+		return nil, time.Time{}, err
 	}
-	return b.adopt(ctx, c)
+	l, err := b.adopt(ctx, c)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return l, c.sent, nil
 }
 
 // Acquire queues a key and waits for its turn (see the package doc).
@@ -640,7 +665,7 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	stop := context.AfterFunc(b.ctx, cancel) // Close ends waits
 	defer stop()
 	for {
-		c, err := b.enqueue(ctx, req.Name, req.TTL, false)
+		c, err := b.enqueue(ctx, req.Name, req.TTL, false, false)
 		if err != nil {
 			return nil, time.Time{}, err
 		}

@@ -225,10 +225,11 @@ func TestAcquireReleaseRPCs(t *testing.T) {
 	}
 }
 
-// TestTryAcquireReleaseRPCs: a TryAcquire+Release is two Txns (create our
-// key and read the queue; delete it) and one keepalive of the class lease
-// (validity counts from the call), sent as a message on the one
-// keepalive stream: no other RPC, and no stream per keepalive.
+// TestTryAcquireReleaseRPCs: a TryAcquire+Release through the portable
+// Client is two Txns (create our key and read the queue; delete it), as
+// concurrency.Mutex's is: the class lease's last refresh is recent, so no
+// keepalive is sent (the lease's validity counts from that refresh,
+// driver.TimedTryAcquirer); no other RPC.
 func TestTryAcquireReleaseRPCs(t *testing.T) {
 	srv := sharedEtcd(t, 1)
 	rc := &rpcCounter{n: -1}
@@ -251,8 +252,7 @@ func TestTryAcquireReleaseRPCs(t *testing.T) {
 		}
 	}
 	// The first grants the class (no keepalive: the grant was sent after
-	// the call) and starts the watch; the second opens the keepalive
-	// stream.
+	// the call) and starts the watch.
 	cycle()
 	cycle()
 	txn0, ka0, other0, streams0 := rc.txn.Load(), rc.keepAlive.Load(), rc.other.Load(), rc.kaStreams.Load()
@@ -264,7 +264,11 @@ func TestTryAcquireReleaseRPCs(t *testing.T) {
 	t.Logf("%d try-acquire+release: %d Txn, %d keepalives on %d new streams, %d other RPCs", n, txn, ka, streams, other)
 	// One other RPC may be background work landing in the window (the
 	// shared watch's stream opening); one per operation would show n.
-	if txn != 2*n || ka > n || other > 1 || streams != 0 {
-		t.Errorf("%d try-acquire+release: %d Txns, %d keepalives, %d new keepalive streams, %d other RPCs; want %d, at most %d, 0 and at most 1", n, txn, ka, streams, other, 2*n, n)
+	// The class lease was refreshed within TTL/12 (its grant): the
+	// portable TryAcquire (TryAcquireAt) sends no keepalive, as
+	// concurrency.Mutex sends none; one may start in the background if the
+	// loop outlasts TTL/12 on a slow machine.
+	if txn != 2*n || ka > 1 || other > 1 || streams > 1 {
+		t.Errorf("%d try-acquire+release: %d Txns, %d keepalives, %d new keepalive streams, %d other RPCs; want %d, at most 1, at most 1 and at most 1", n, txn, ka, streams, other, 2*n)
 	}
 }
