@@ -59,7 +59,7 @@ var capabilities = driver.Capabilities{
 	MinTTL:         MinTTL,
 	TTLGranularity: time.Millisecond,
 	TimeAuthority:  driver.TimeServer,
-	Wait:           driver.WaitNotify,
+	Wait:           driver.WaitQueue, // waiters queue on the server; a release hands over (see doc.go)
 	FIFO:           false,
 	NodeLoss:       driver.NodeLossUnsafe,
 }
