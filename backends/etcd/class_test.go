@@ -8,7 +8,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/fencelock/fencelock"
 )
@@ -17,14 +16,7 @@ import (
 // keepalives, and every caller gets the send time of a keepalive sent after
 // it called (validity counts from it): never one already in flight.
 func TestRefreshSentAfterCall(t *testing.T) {
-	srv := sharedEtcd(t, 1)
-	rc := &rpcCounter{n: -1}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), Logger: zap.NewNop(),
-		DialTimeout: 5 * time.Second, DialOptions: rc.dialOptions()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli, rc := countedClient(t, -1)
 	c := NewWithConfig(cli, nil, nil)
 	defer c.Close()
 	var b *backend

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/fencelock/fencelock"
 )
@@ -272,14 +271,8 @@ func TestWaiterKeyDeletedWithPredecessor(t *testing.T) {
 // with no request from the waiter: the waiter's client sends no Txn
 // between queueing and holding.
 func TestHandoffSendsNoRequest(t *testing.T) {
-	srv := sharedEtcd(t, 1)
-	rc := &rpcCounter{n: -1}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), Logger: zap.NewNop(),
-		DialTimeout: 5 * time.Second, DialOptions: rc.dialOptions()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli, rc := countedClient(t, -1)
+	srv := sharedEtcd(t, 1) // the same server
 	kp := fmt.Sprintf("handoff-%d/", time.Now().UnixNano())
 	w := NewWithConfig(cli, &Config{KeyPrefix: kp}, nil)
 	defer w.Close()

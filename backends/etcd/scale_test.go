@@ -65,6 +65,21 @@ func (c *rpcCounter) renewalRate() (keepAlives, others float64) {
 	return float64(c.atReleased[0]-c.atHeld[0]) / d, float64(c.atReleased[1]-c.atHeld[1]) / d
 }
 
+// countedClient returns a client of the shared test server whose RPCs rc
+// counts (n: see rpcCounter), closed at cleanup.
+func countedClient(tb testing.TB, n int64) (*clientv3.Client, *rpcCounter) {
+	tb.Helper()
+	srv := sharedEtcd(tb, 1)
+	rc := &rpcCounter{n: n}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), Logger: zap.NewNop(),
+		DialTimeout: 5 * time.Second, DialOptions: rc.dialOptions()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = cli.Close() })
+	return cli, rc
+}
+
 func (c *rpcCounter) dialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -106,14 +121,7 @@ func (s countingStream) SendMsg(m any) error {
 // its own, held for 3 × ttl, counting the RPCs.
 func holdMany(tb testing.TB, n int, ttl time.Duration) (conformance.HoldManyResult, *rpcCounter) {
 	tb.Helper()
-	srv := sharedEtcd(tb, 1)
-	rc := &rpcCounter{n: int64(n)}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), Logger: zap.NewNop(),
-		DialTimeout: 5 * time.Second, DialOptions: rc.dialOptions()})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer cli.Close()
+	cli, rc := countedClient(tb, int64(n))
 	c := NewWithConfig(cli, &Config{KeyPrefix: "scale/"}, nil)
 	defer c.Close()
 	r, err := conformance.HoldMany(context.Background(), c, "many", n, ttl, 3*ttl)
@@ -181,14 +189,7 @@ func BenchmarkHold10000(b *testing.B) {
 // is one Txn and a Release one more, as concurrency.Mutex's Lock and
 // Unlock: no keepalive, grant, revoke or read of their own.
 func TestAcquireReleaseRPCs(t *testing.T) {
-	srv := sharedEtcd(t, 1)
-	rc := &rpcCounter{n: -1}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), Logger: zap.NewNop(),
-		DialTimeout: 5 * time.Second, DialOptions: rc.dialOptions()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli, rc := countedClient(t, -1)
 	c := NewWithConfig(cli, &Config{KeyPrefix: "rpcs/"}, nil)
 	defer c.Close()
 	o := &fencelock.AcquireOptions{TTL: 30 * time.Second}
@@ -231,14 +232,7 @@ func TestAcquireReleaseRPCs(t *testing.T) {
 // keepalive is sent (the lease's validity counts from that refresh,
 // driver.TimedTryAcquirer); no other RPC.
 func TestTryAcquireReleaseRPCs(t *testing.T) {
-	srv := sharedEtcd(t, 1)
-	rc := &rpcCounter{n: -1}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), Logger: zap.NewNop(),
-		DialTimeout: 5 * time.Second, DialOptions: rc.dialOptions()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli, rc := countedClient(t, -1)
 	c := NewWithConfig(cli, &Config{KeyPrefix: "try-rpcs/"}, nil)
 	defer c.Close()
 	o := &fencelock.AcquireOptions{TTL: 30 * time.Second, AutoRenew: fencelock.Bool(false)}
