@@ -291,45 +291,18 @@ func TestFenceAboveQueuedWaiter(t *testing.T) {
 	if err := zl.Lock(); err != nil { // a foreign holder: both of ours queue
 		t.Fatal(err)
 	}
-	waitChildren := func(want int) {
-		t.Helper()
-		for {
-			kids, _, ch, err := raw.ChildrenW(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(kids) == want {
-				return
-			}
-			select {
-			case <-ch:
-			case <-time.After(10 * time.Second):
-				t.Fatalf("%d contenders under %s after 10s, want %d", len(kids), p, want)
-			}
-		}
-	}
-	acquire := func(c *fencelock.Client) <-chan *fencelock.Lease {
-		got := make(chan *fencelock.Lease, 1)
-		go func() {
-			l, err := c.Acquire(ctx, n, nil)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l
-		}()
-		return got
-	}
-	gotA := acquire(open(t, u, nil))
-	waitChildren(2)
-	gotB := acquire(open(t, u, nil))
-	waitChildren(3)
+	gotA := acquireAsync(ctx, open(t, u, nil), n, 30*time.Second)
+	waitChildren(t, raw, p, 2)
+	gotB := acquireAsync(ctx, open(t, u, nil), n, 30*time.Second)
+	waitChildren(t, raw, p, 3)
 	if err := zl.Unlock(); err != nil {
 		t.Fatal(err)
 	}
-	a := <-gotA
-	if a == nil {
-		t.FailNow()
+	ga := <-gotA
+	if ga.err != nil {
+		t.Fatal(ga.err)
 	}
+	a := ga.l
 	var pa string
 	a.As(&pa)
 	kids, _, err := raw.Children(p)
@@ -357,10 +330,11 @@ func TestFenceAboveQueuedWaiter(t *testing.T) {
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b := <-gotB
-	if b == nil {
-		t.FailNow()
+	gb := <-gotB
+	if gb.err != nil {
+		t.Fatal(gb.err)
 	}
+	b := gb.l
 	defer b.Release(ctx)
 	if b.Fence() <= a.Fence() {
 		t.Fatalf("B's fence %d not above A's %d", b.Fence(), a.Fence())
