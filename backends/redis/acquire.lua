@@ -7,6 +7,8 @@
 -- ARGV[3] liveness in ms: 0 for TryAcquire (never queue), else a blocked
 --         waiter queues (or refreshes its place) when refused
 -- ARGV[4] the keys' base (for other waiters' liveness keys)
+-- ARGV[5] a queued waiter's Client id, hex: its grant channel's suffix
+--         (see grant.lua's enqueue); '' for none
 -- Returns {fence, 0} when granted, {0, PTTL of the holder} when held
 -- (-1: the key has no expiry), {0, -3} when this attempt was abandoned
 -- (see abandon.lua), {0, -4} when the lock is free but a live waiter is
@@ -48,6 +50,6 @@ else
   wait = redis.call('PTTL', KEYS[1])
 end
 if ARGV[3] ~= '0' then
-  enqueue(KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[3])
+  enqueue(KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[3], ARGV[5])
 end
 return {0, wait}

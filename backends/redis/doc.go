@@ -134,8 +134,12 @@
 //   - Release deletes the lock key and, in the same script, takes the first
 //     waiter whose liveness key exists (dropping dead ones), sets the lock
 //     key to its token with its TTL, issues its fence exactly as Acquire
-//     does, and PUBLISHes "grant <token> <fence>" on the release channel.
-//     With nobody in line it PUBLISHes the lock key (a release notice).
+//     does, and PUBLISHes "grant <token> <fence>" on that waiter's
+//     Client's grant channel, B:released:<client id> (32 hex digits, random
+//     per Client, stored with the waiter's TTL in its liveness key), which
+//     only that Client subscribes to: a grant wakes one Client, not every
+//     Client waiting on the lock. With nobody in line it PUBLISHes the lock
+//     key on the release channel (a release notice, heard by all).
 //   - The waiter holds when that message reaches it: a hand-off costs the
 //     holder's release call and one message, no waiter round trip, and its
 //     lease counts from its last refresh (sent before the grant). If it
@@ -155,7 +159,8 @@
 //     holder's crash.
 //
 // Each Client keeps one pub/sub connection, shared by all its waiters,
-// subscribed to the channels of the locks they wait for (and, for a second
+// subscribed to the channels of the locks they wait for, each with its own
+// grant channel for that lock (and, for a second
 // after the last waiter left, to that lock's channel still, so that a
 // client looping on a lock does not resubscribe each time); a waiter joins
 // the line only once the server confirmed its subscription (a PING reply,

@@ -23,3 +23,6 @@ func QueueKey(lock string) string { return keysFor(lock).queue }
 
 // WaitKey is the liveness key of a waiter queued under token on lock.
 func WaitKey(lock, token string) string { return keysFor(lock).wait(token) }
+
+// ReleaseChannel is the release channel of the lock key lock.
+func ReleaseChannel(lock string) string { return keysFor(lock).channel }

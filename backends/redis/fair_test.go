@@ -45,13 +45,23 @@ var hold = &fencelock.AcquireOptions{TTL: 30 * time.Second, AutoRenew: fencelock
 // TestReleaseHandsOffInOrder: waiters on three Clients queue in the order
 // they blocked; each release hands the lock straight to the next in line,
 // with a higher fence, and the waiter sends nothing for it: the release is
-// the only script the server runs per hand-off.
+// the only script the server runs per hand-off. Each grant is one message,
+// on the waiting Client's own grant channel: the other waiting Clients are
+// not woken by it.
 func TestReleaseHandsOffInOrder(t *testing.T) {
 	r := testserver.StartRedisProcess(t) // fresh: commandstats count only this test
 	a := open(t, r.URL(), nil, nil)
 	rc := native(t, a)
 	ctx := t.Context()
 	n := name(t)
+	// An observer of every channel of the lock: its release channel and
+	// every Client's grant channel for it.
+	obs := rc.PSubscribe(ctx, redis.ReleaseChannel(n)+"*")
+	defer obs.Close()
+	if _, err := obs.Receive(ctx); err != nil { // the subscription is in effect
+		t.Fatal(err)
+	}
+	seen := map[string]bool{} // grant channels seen
 	l, err := a.TryAcquire(ctx, n, hold)
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +94,15 @@ func TestReleaseHandsOffInOrder(t *testing.T) {
 		if d := commandCalls(t, rc) - before; d != 1 {
 			t.Fatalf("hand-off %d ran %d scripts, want 1 (the release; the waiter is handed the lock)", i, d)
 		}
+		m, err := obs.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grantCh, ok := strings.CutPrefix(m.Channel, redis.ReleaseChannel(n)+":")
+		if !ok || len(grantCh) != 32 || seen[grantCh] || !strings.HasPrefix(m.Payload, "grant ") {
+			t.Fatalf("hand-off %d published %q on %q, want a grant on a grant channel of the waiter's own Client (seen: %v)", i, m.Payload, m.Channel, seen)
+		}
+		seen[grantCh] = true
 		if tok := rc.Get(ctx, n).Val(); tok == "" {
 			t.Fatalf("hand-off %d: lock key empty while waiter %d holds", i, i)
 		}
@@ -91,6 +110,11 @@ func TestReleaseHandsOffInOrder(t *testing.T) {
 	}
 	if err := prev.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// Nobody in line: a release notice on the release channel, and no
+	// message before it (the hand-offs published one message each).
+	if m, err := obs.ReceiveMessage(ctx); err != nil || m.Channel != redis.ReleaseChannel(n) || m.Payload != n {
+		t.Fatalf("last release published %v (%v), want the lock key on the release channel", m, err)
 	}
 	if k := rc.Exists(ctx, n, redis.QueueKey(n)).Val(); k != 0 {
 		t.Fatalf("%d of the lock key and the queue remain after the last release, want none", k)

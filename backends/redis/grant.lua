@@ -4,8 +4,10 @@
 -- The waiter queue of a lock (see the package doc, Fair hand-off) is a
 -- sorted set <base>:queue of waiting tokens, scored by arrival (server TIME
 -- in µs), and, per waiting token, a liveness key <base>:wait:<token>
--- holding the TTL in ms to grant it with; the key expires unless the waiter
--- refreshes it, so a waiter that died drops out of line by itself.
+-- holding "<TTL in ms to grant it with>:<its Client's id>" (or the TTL
+-- alone: the grant then goes to the release channel itself); the key
+-- expires unless the waiter refreshes it, so a waiter that died drops out
+-- of line by itself.
 -- Liveness keys are named here, not passed in KEYS: they share the lock's
 -- hash tag, hence its Cluster slot.
 
@@ -55,8 +57,13 @@ end
 
 -- enqueue puts token in line (keeping its place if it is already there)
 -- and (re)starts its liveness: live ms, after which it drops out unless
--- refreshed. The queue itself expires when no waiter refreshes it.
-local function enqueue(queue, wait_key, token, ttl, live)
+-- refreshed. cid is the waiter's Client id (hex; '' for none): its grant
+-- is published on <channel>:<cid>, which only that Client subscribes to.
+-- The queue itself expires when no waiter refreshes it.
+local function enqueue(queue, wait_key, token, ttl, live, cid)
+  if cid ~= '' then
+    ttl = ttl .. ':' .. cid
+  end
   redis.call('SET', wait_key, ttl, 'PX', live)
   if not redis.call('ZSCORE', queue, token) then
     redis.call('ZADD', queue, string.format('%d', now_us()), token)
@@ -69,8 +76,10 @@ end
 
 -- hand_off runs after the lock key was deleted: it grants the lock to the
 -- first live waiter in the queue, under that waiter's token and TTL, with
--- a new fence, and publishes 'grant <token> <fence>' on the channel; with
--- no live waiter it publishes the lock key (a plain release notice).
+-- a new fence, and publishes 'grant <token> <fence>' on its Client's grant
+-- channel, <channel>:<cid> (one subscriber, not every waiting Client); with
+-- no live waiter it publishes the lock key on the channel (a plain release
+-- notice, heard by every waiting Client).
 local function hand_off(lock, fence_key, queue, channel, base)
   local h = live_head(queue, base)
   local stored = h and fence_of(redis.call('GET', fence_key))
@@ -80,6 +89,10 @@ local function hand_off(lock, fence_key, queue, channel, base)
   end
   local wait_key = base .. ':wait:' .. h
   local ttl = redis.call('GET', wait_key)
+  local t, cid = string.match(ttl, '^(%d+):(%x+)$')
+  if t then
+    ttl, channel = t, channel .. ':' .. cid
+  end
   redis.call('ZREM', queue, h)
   redis.call('DEL', wait_key)
   redis.call('SET', lock, h, 'PX', ttl)

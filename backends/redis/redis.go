@@ -122,8 +122,12 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 // whose liveness key lasts live.
 func (b *backend) attempt(ctx context.Context, k keys, req driver.AcquireRequest, live time.Duration) (driver.Lease, error) {
 	sent := time.Now()
+	cid := ""
+	if live > 0 {
+		cid = b.hub.id
+	}
 	res, err := acquireScript.Run(ctx, b.client, []string{k.lock, k.fence, k.void(req.Token), k.queue, k.wait(req.Token)},
-		req.Token, millis(req.TTL), millis(live), k.base).Int64Slice()
+		req.Token, millis(req.TTL), millis(live), k.base, cid).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("acquire script returned %v, want {fence, pttl}", res)
 	}

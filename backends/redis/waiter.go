@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +19,11 @@ import (
 // a connection per waiter). It is started by the first Wait and stopped by
 // close.
 //
-// Channels are subscribed while at least one waiter waits on them. Release
+// Channels are subscribed while at least one waiter waits on them, each
+// together with this hub's grant channel for that lock, <channel>:<id>: a
+// release hands the lock to a queued waiter by publishing there (see
+// grant.lua), so a grant reaches the one Client whose waiter it is, not
+// every Client waiting on the lock. Release
 // PUBLISHes (not SPUBLISH) to the lock's channel: on a single server that
 // reaches us directly; in Redis Cluster a plain PUBLISH is broadcast to
 // every node over the cluster bus, so our one connection, to any node,
@@ -33,6 +39,7 @@ import (
 // caller: a waiter only selects on channels and its ctx.
 type hub struct {
 	client  goredis.UniversalClient
+	id      string        // 32 hex digits: this Client's grant channels are <channel>:<id>
 	closing chan struct{} // closed by close
 	kick    chan struct{} // cap 1: ops queued for the writer
 	wg      sync.WaitGroup
@@ -83,8 +90,11 @@ type waiter struct {
 }
 
 func newHub(client goredis.UniversalClient) *hub {
+	var id [16]byte
+	_, _ = rand.Read(id[:]) // never fails (Go ≥ 1.24)
 	return &hub{
 		client:  client,
+		id:      hex.EncodeToString(id[:]),
 		closing: make(chan struct{}),
 		kick:    make(chan struct{}, 1),
 		chans:   map[string]map[*waiter]struct{}{},
@@ -267,9 +277,9 @@ func (h *hub) write() {
 			var err error
 			switch op.kind {
 			case 's':
-				err = h.ps.Subscribe(ctx, op.arg)
+				err = h.ps.Subscribe(ctx, op.arg, h.grantChannel(op.arg))
 			case 'u':
-				err = h.ps.Unsubscribe(ctx, op.arg)
+				err = h.ps.Unsubscribe(ctx, op.arg, h.grantChannel(op.arg))
 			case 'p':
 				err = h.ps.Ping(ctx, op.arg)
 			}
@@ -320,16 +330,28 @@ func (h *hub) dispatch() {
 	}
 }
 
-// message handles a message on a lock's channel: a hand-off
-// ("grant <token> <fence>", see grant.lua) wakes the one waiter queued
-// under that token, if it is ours, and nobody else (the lock is not free);
-// anything else is a release notice (the lock key, from fencelock or a
-// peer publishing the same way) and wakes every waiter on the channel.
+// grantChannel is the channel on which releases hand the lock of channel
+// ch to this hub's waiters.
+func (h *hub) grantChannel(ch string) string { return ch + ":" + h.id }
+
+// message handles a message on a lock's channel or on our grant channel
+// for it: a hand-off ("grant <token> <fence>", see grant.lua) wakes the one
+// waiter queued under that token, if it is ours, and nobody else (the lock
+// is not free); anything else on the lock's channel is a release notice
+// (the lock key, from fencelock or a peer publishing the same way) and
+// wakes every waiter on the channel.
 func (h *hub) message(ch, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ws, ok := h.chans[ch]
+	lockCh, grants := strings.CutSuffix(ch, ":"+h.id)
+	ws, ok := h.chans[lockCh]
 	if !ok {
+		return
+	}
+	if grants {
+		if token, fence, ok := parseGrant(payload); ok {
+			h.grant(ws, token, fence)
+		}
 		return
 	}
 	var lock string // every waiter on a channel waits for the same lock
@@ -339,18 +361,26 @@ func (h *hub) message(ch, payload string) {
 	}
 	if payload != lock {
 		if token, fence, ok := parseGrant(payload); ok {
-			for w := range ws {
-				if w.token == token {
-					w.fence = fence
-					w.signal()
-				}
-			}
+			// A grant on the lock's channel itself: made for a waiter
+			// that queued without a Client id.
+			h.grant(ws, token, fence)
 			return
 		}
 	}
 	h.msgs[ch]++
 	for w := range ws {
 		w.signal()
+	}
+}
+
+// grant hands fence to the waiter in ws queued under token, if any.
+// Callers hold h.mu.
+func (h *hub) grant(ws map[*waiter]struct{}, token string, fence uint64) {
+	for w := range ws {
+		if w.token == token {
+			w.fence = fence
+			w.signal()
+		}
 	}
 }
 
