@@ -22,7 +22,8 @@ var errRequeue = errors.New("etcd: our lock key vanished while waiting")
 // It waits for the deletion of the key just ahead of ours (c.pred), which
 // the shared watch (watch.go) delivers, with the deletions of our own key,
 // in revision order. When the key ahead was the only one ahead of ours
-// (c.only) and our key was not deleted before it, that deletion makes us
+// (c.only), or every other key ahead of ours (c.ahead) was deleted before
+// it, and our key was not deleted before it, that deletion makes us
 // first as of its revision: the turn passes with no request at all.
 // Otherwise the queue is read again as of that revision (check).
 func (b *backend) waitTurn(ctx context.Context, c *contender) error {
@@ -38,14 +39,14 @@ func (b *backend) waitTurn(ctx context.Context, c *contender) error {
 	for {
 		if needCheck {
 			needCheck = false
-			own, pred, only, hdr, err := b.check(ctx, c, at)
+			own, pred, only, ahead, hdr, err := b.check(ctx, c, at)
 			if err != nil {
 				return err
 			}
 			if !own {
 				return errRequeue
 			}
-			c.hdr, c.pred, c.only = hdr, pred, only
+			c.hdr, c.pred, c.only, c.ahead = hdr, pred, only, ahead
 			if pred == "" {
 				return nil // our turn
 			}
@@ -74,10 +75,12 @@ func (b *backend) waitTurn(ctx context.Context, c *contender) error {
 				return errRequeue
 			case recheck:
 				needCheck = true
-			case predGone != 0 && c.only:
+			case predGone != 0 && (c.only || b.aheadGone(c, predGone)):
 				// Every deletion of our key up to predGone was delivered
 				// before (or with) that of the key ahead: our key existed
-				// at predGone, with nothing ahead of it.
+				// at predGone, with nothing ahead of it (the only key
+				// ahead, or every key ahead as of c.hdr, deleted since:
+				// a key created later is behind ours).
 				c.hdr, c.pred = predGone, ""
 				return nil
 			case predGone != 0:
@@ -144,6 +147,7 @@ func (b *backend) registerWait(wt *waiter, c *contender) bool {
 		w.waitOwn, w.waitPred = map[string]*waiter{}, map[string]map[*waiter]struct{}{}
 	}
 	w.waitOwn[wt.key] = wt
+	b.busyLocked()
 	set := w.waitPred[wt.pred]
 	if set == nil {
 		set = map[*waiter]struct{}{}
@@ -162,6 +166,7 @@ func (b *backend) registerWait(wt *waiter, c *contender) bool {
 func (b *backend) unregisterWait(wt *waiter) {
 	b.mu.Lock()
 	b.unregisterLocked(wt)
+	b.idleLocked()
 	b.mu.Unlock()
 }
 
@@ -190,20 +195,20 @@ func (b *backend) unregisterLocked(wt *waiter) {
 // round, which under load waits for the next fsync); if that member has
 // not applied the revision yet, or it was compacted, check reads the
 // latest revision instead (linearizable).
-func (b *backend) check(ctx context.Context, c *contender, at int64) (own bool, pred string, only bool, hdr int64, err error) {
+func (b *backend) check(ctx context.Context, c *contender, at int64) (own bool, pred string, only bool, ahead []string, hdr int64, err error) {
 	rctx, cancel := b.rpcCtx(ctx)
 	defer cancel()
 	for {
 		mineOpts := []clientv3.OpOption{clientv3.WithKeysOnly()}
-		ahead := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(c.rev-1), clientv3.WithKeysOnly())
+		aheadOpts := append(clientv3.WithLastCreate(), clientv3.WithLimit(aheadMax), clientv3.WithMaxCreateRev(c.rev-1), clientv3.WithKeysOnly())
 		first := append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())
 		if at > 0 {
 			pin := []clientv3.OpOption{clientv3.WithRev(at), clientv3.WithSerializable()}
-			mineOpts, ahead, first = append(mineOpts, pin...), append(ahead, pin...), append(first, pin...)
+			mineOpts, aheadOpts, first = append(mineOpts, pin...), append(aheadOpts, pin...), append(first, pin...)
 		}
 		resp, err := b.cli.Txn(rctx).Then(
 			clientv3.OpGet(c.key, mineOpts...),
-			clientv3.OpGet(c.pfx+"/", ahead...),
+			clientv3.OpGet(c.pfx+"/", aheadOpts...),
 			clientv3.OpGet(c.pfx+"/", first...),
 		).Commit()
 		if err != nil && at > 0 && (errors.Is(err, rpctypes.ErrFutureRev) || errors.Is(err, rpctypes.ErrCompacted)) {
@@ -217,13 +222,11 @@ func (b *backend) check(ctx context.Context, c *contender, at int64) (own bool, 
 			continue
 		}
 		if err != nil {
-			return false, "", false, 0, b.fail(ctx, "check lock queue", err)
+			return false, "", false, nil, 0, b.fail(ctx, "check lock queue", err)
 		}
 		mine := resp.Responses[0].GetResponseRange().Kvs
 		own = len(mine) == 1 && mine[0].CreateRevision == c.rev
-		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-			pred = string(kvs[0].Key)
-		}
+		pred, ahead = aheadOf(resp.Responses[1].GetResponseRange())
 		if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 {
 			only = pred != "" && string(kvs[0].Key) == pred
 		}
@@ -231,8 +234,36 @@ func (b *backend) check(ctx context.Context, c *contender, at int64) (own bool, 
 		if at > 0 {
 			hdr = at
 		}
-		return own, pred, only, hdr, nil
+		return own, pred, only, ahead, hdr, nil
 	}
+}
+
+// aheadGone reports whether the shared watch delivered a deletion, after
+// c.hdr and at or before revision at, of every key in c.ahead (the keys
+// ahead of ours as of c.hdr): then none is left ahead of ours at at, as
+// a key created after c.hdr is behind ours. The watch delivers deletions
+// in revision order, so once it delivered one at revision at it delivered
+// every one before; they are in its ring of recent deletions if it
+// covers c.hdr.
+func (b *backend) aheadGone(c *contender, at int64) bool {
+	if len(c.ahead) == 0 {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.coveredLocked(c.hdr) {
+		return false
+	}
+	left := make(map[string]struct{}, len(c.ahead))
+	for _, k := range c.ahead {
+		left[k] = struct{}{}
+	}
+	for _, d := range b.watch.recent {
+		if d.rev > c.hdr && d.rev <= at {
+			delete(left, d.key)
+		}
+	}
+	return len(left) == 0
 }
 
 // keepAlive restarts the TTL of c's class lease (joining the class's

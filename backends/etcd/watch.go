@@ -15,7 +15,10 @@ import (
 // loss of that lease, and the deletion of the key just ahead of a waiting
 // contender's as its wake-up (wait.go): one watch and one goroutine for
 // any number of held leases and waiters, started with the first of them
-// and stopped by Close.
+// and stopped by Close, or once the backend has held and waited for
+// nothing for watchLinger: an idle Client costs the cluster no watch
+// (every deletion under the prefix is otherwise sent to every Client's
+// watch), and the next registration starts a new one, from its own read.
 //
 // It never misses a deletion: the first watch starts at the revision just
 // after the first held or waiting key was read; a broken watch resumes at
@@ -28,6 +31,10 @@ import (
 // a registration looks there for its keys; one older than the ring is
 // checked with a read too. While the watch is not established, Extend
 // reads the key itself (see lease.Extend).
+
+// watchLinger is how long the watch outlives the backend's last held
+// lease or waiter.
+const watchLinger = time.Second
 
 // recentCap is the number of delivered deletions kept for registrations
 // that come after them.
@@ -42,9 +49,14 @@ type deletion struct {
 // watchState is guarded by backend.mu.
 type watchState struct {
 	started bool
-	from    int64 // every deletion at revision ≥ from is (or will be) seen
-	next    int64 // revision the next watch starts at
-	live    bool  // a watch is established
+	gen     uint64             // generation of the running watch: an older loop changes nothing
+	stop    context.CancelFunc // ends the running watch
+	idle    *time.Timer        // armed while nothing is held or waited for: stopIdle
+	idleAt  time.Time          // when the backend last became idle (zero: busy)
+
+	from int64 // every deletion at revision ≥ from is (or will be) seen
+	next int64 // revision the next watch starts at
+	live bool  // a watch is established
 
 	recent     []deletion // ring of the latest delivered deletions
 	recentPos  int        // next slot of recent to write
@@ -60,11 +72,54 @@ func (b *backend) startLocked(hdr int64) {
 	if w.started {
 		return
 	}
-	w.started = true
+	w.started, w.live = true, false
+	w.gen++
 	w.from, w.next, w.recentFrom = hdr+1, hdr+1, hdr+1
+	w.recent, w.recentPos = w.recent[:0], 0
+	ctx, cancel := context.WithCancel(b.ctx)
+	w.stop = cancel
 	b.ops.Add(1)
-	go b.watchLoop()
+	go b.watchLoop(ctx, w.gen)
 }
+
+// idleLocked notes that a held lease or a waiter was removed: if none is
+// left, the watch stops after watchLinger unless one comes first. b.mu
+// is held.
+func (b *backend) idleLocked() {
+	w := &b.watch
+	if !w.started || len(b.keys) != 0 || len(w.waitOwn) != 0 {
+		return
+	}
+	w.idleAt = time.Now()
+	if w.idle == nil {
+		w.idle = time.AfterFunc(watchLinger, b.stopIdle)
+	}
+}
+
+// stopIdle stops the watch if the backend has held and waited for
+// nothing for watchLinger (the idle timer's callback). A registration
+// after it starts a new watch (startLocked).
+func (b *backend) stopIdle() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := &b.watch
+	if !w.started || len(b.keys) != 0 || len(w.waitOwn) != 0 || w.idleAt.IsZero() {
+		w.idle = nil // busy again: the next idleLocked re-arms
+		return
+	}
+	if d := watchLinger - time.Since(w.idleAt); d > 0 {
+		w.idle.Reset(d)
+		return
+	}
+	w.idle = nil
+	w.stop()
+	w.started, w.live = false, false
+	w.gen++ // the stopped loop may still be running: it changes nothing now
+}
+
+// busyLocked notes that a held lease or a waiter was registered. b.mu is
+// held.
+func (b *backend) busyLocked() { b.watch.idleAt = time.Time{} }
 
 // coveredLocked reports whether every deletion at a revision after hdr is
 // in recent or will be delivered. b.mu is held.
@@ -92,6 +147,7 @@ func (b *backend) deletedLocked(key string, after int64) int64 {
 // b.mu is held.
 func (b *backend) registerLocked(l *lease, hdr int64) (check, lost bool) {
 	b.keys[l.key] = l
+	b.busyLocked()
 	if !b.watch.started {
 		b.startLocked(hdr)
 		return false, false
@@ -108,15 +164,18 @@ func (b *backend) watchLive() bool {
 	return b.watch.live
 }
 
-// watchLoop runs the shared watch until Close.
-func (b *backend) watchLoop() {
+// watchLoop runs the shared watch of generation gen until ctx ends
+// (Close, or stopIdle).
+func (b *backend) watchLoop(ctx context.Context, gen uint64) {
 	defer b.ops.Done()
-	for b.ctx.Err() == nil {
-		b.watchOnce()
+	for ctx.Err() == nil {
+		b.watchOnce(ctx, gen)
 		b.mu.Lock()
-		b.watch.live = false
+		if b.watch.gen == gen {
+			b.watch.live = false
+		}
 		b.mu.Unlock()
-		if sleepCtx(b.ctx, 50*time.Millisecond) != nil {
+		if sleepCtx(ctx, 50*time.Millisecond) != nil {
 			return
 		}
 	}
@@ -129,11 +188,15 @@ func (b *backend) watchLoop() {
 // from the stream, not through the watcher's two goroutines, which on a
 // busy machine adds to every hand-off. (Auth, and the leader requirement,
 // come with the connection and the context as for clientv3's own calls.)
-func (b *backend) watchOnce() {
+func (b *backend) watchOnce(ctx context.Context, gen uint64) {
 	b.mu.Lock()
 	from := b.watch.next
+	stale := b.watch.gen != gen
 	b.mu.Unlock()
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(b.ctx))
+	if stale {
+		return
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	st, err := pb.NewWatchClient(b.cli.ActiveConnection()).Watch(wctx)
 	if err != nil {
@@ -158,7 +221,7 @@ func (b *backend) watchOnce() {
 		if wr.CompactRevision != 0 {
 			// Revisions we did not see were compacted: read every held
 			// key, and watch on from now.
-			b.recheckAll()
+			b.recheckAll(gen)
 			return
 		}
 		if wr.Canceled {
@@ -166,6 +229,10 @@ func (b *backend) watchOnce() {
 		}
 		var lost []*lease
 		b.mu.Lock()
+		if b.watch.gen != gen {
+			b.mu.Unlock()
+			return
+		}
 		if wr.Created {
 			b.watch.live = true
 		}
@@ -194,8 +261,8 @@ func (b *backend) watchOnce() {
 
 // recheckAll restarts coverage at the current revision after a
 // compaction: every held key is read once, and later watches start after
-// that revision.
-func (b *backend) recheckAll() {
+// that revision. gen is the watch's generation.
+func (b *backend) recheckAll(gen uint64) {
 	rctx, cancel := b.rpcCtx(b.ctx)
 	defer cancel()
 	resp, err := b.cli.Get(rctx, b.keyPrefix, clientv3.WithCountOnly())
@@ -205,6 +272,10 @@ func (b *backend) recheckAll() {
 	rev := resp.Header.Revision
 	b.mu.Lock()
 	w := &b.watch
+	if w.gen != gen {
+		b.mu.Unlock()
+		return // stopped while idle: nothing to recheck
+	}
 	w.from, w.next, w.recentFrom = rev+1, rev+1, rev+1
 	w.recent, w.recentPos = w.recent[:0], 0
 	ls := make([]*lease, 0, len(b.keys))
