@@ -601,3 +601,37 @@ func TestQueuedHandoffSendsNoRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseRegisteredWhileWaiterWatchStarts: a watch started for a waiter
+// begins at the revision current when etcd creates it, which may come
+// after a held lease's key was read; a lease registered before it is
+// established restarts it from just after its own read, so no deletion
+// of its key can fall between the two.
+func TestLeaseRegisteredWhileWaiterWatchStarts(t *testing.T) {
+	e := newInteropEnv(t)
+	c := e.client()
+	var b *backend
+	if !c.As(&b) {
+		t.Fatal("Client.As(**backend) = false")
+	}
+	resp, err := e.raw.Put(e.ctx, e.keyPrefix+"filler", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := resp.Header.Revision
+	l := &lease{key: e.keyPrefix + "fake/1_1", rev: hdr}
+	b.mu.Lock()
+	b.startNowLocked()
+	// b.mu is held: the watch cannot have been established.
+	check, lost := b.registerLocked(l, hdr)
+	from, next := b.watch.from, b.watch.next
+	delete(b.keys, l.key)
+	b.idleLocked()
+	b.mu.Unlock()
+	if check || lost {
+		t.Errorf("registerLocked = check %v, lost %v; want false, false (the watch restarted from the lease's read)", check, lost)
+	}
+	if from != hdr+1 || next != hdr+1 {
+		t.Errorf("watch covers from %d (next %d), want %d: the revision after the lease's read", from, next, hdr+1)
+	}
+}

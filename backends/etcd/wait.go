@@ -9,6 +9,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// watchReadyWait bounds how long a waiter waits for a watch being started
+// to run before it reads the queue anyway (a read that fails surfaces an
+// unavailable cluster).
+const watchReadyWait = 100 * time.Millisecond
+
 // errRequeue: our key vanished while we waited (lease expired or key
 // deleted); queue again with a new lease.
 var errRequeue = errors.New("etcd: our lock key vanished while waiting")
@@ -51,10 +56,22 @@ func (b *backend) waitTurn(ctx context.Context, c *contender) error {
 				return nil // our turn
 			}
 		}
-		if !b.registerWait(wt, c) {
-			// Registered from a revision the watch no longer covers
-			// (compacted, or the watch started after it): read again.
-			if at == 0 {
+		if ok, ready := b.registerWait(wt, c); !ok {
+			// Registered from a revision the watch does not cover
+			// (compacted, or the watch started after it): read again,
+			// once the watch runs if it is being started.
+			switch {
+			case ready != nil:
+				t := time.NewTimer(watchReadyWait)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return b.fail(ctx, "wait", ctx.Err())
+				case <-ready:
+				case <-t.C:
+				}
+				t.Stop()
+			case at == 0:
 				if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
 					return b.fail(ctx, "wait", err)
 				}
@@ -128,7 +145,7 @@ func (w *waiter) notify() {
 // (and of our key), starting the shared watch if it is not running. It
 // reports false if the watch does not cover c.hdr+1: the caller must read
 // the queue again.
-func (b *backend) registerWait(wt *waiter, c *contender) bool {
+func (b *backend) registerWait(wt *waiter, c *contender) (ok bool, ready <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.unregisterLocked(wt)
@@ -138,10 +155,18 @@ func (b *backend) registerWait(wt *waiter, c *contender) bool {
 	}
 	wt.pred, wt.from, wt.ownGone, wt.predGone, wt.recheck = c.pred, c.hdr, 0, 0, false
 	w := &b.watch
+	b.busyLocked()
 	if !w.started {
-		b.startLocked(c.hdr)
-	} else if !b.coveredLocked(c.hdr) {
-		return false
+		// Not from c.hdr, a past revision, which etcd would serve late
+		// (see startLocked): from now, and read the queue again once it
+		// runs.
+		b.startNowLocked()
+	}
+	if !b.coveredLocked(c.hdr) {
+		if !w.live {
+			return false, w.ready
+		}
+		return false, nil
 	}
 	if w.waitOwn == nil {
 		w.waitOwn, w.waitPred = map[string]*waiter{}, map[string]map[*waiter]struct{}{}
@@ -160,7 +185,7 @@ func (b *backend) registerWait(wt *waiter, c *contender) bool {
 	if wt.ownGone != 0 || wt.predGone != 0 {
 		wt.notify()
 	}
-	return true
+	return true, nil
 }
 
 func (b *backend) unregisterWait(wt *waiter) {
@@ -254,16 +279,12 @@ func (b *backend) aheadGone(c *contender, at int64) bool {
 	if !b.coveredLocked(c.hdr) {
 		return false
 	}
-	left := make(map[string]struct{}, len(c.ahead))
 	for _, k := range c.ahead {
-		left[k] = struct{}{}
-	}
-	for _, d := range b.watch.recent {
-		if d.rev > c.hdr && d.rev <= at {
-			delete(left, d.key)
+		if d := b.deletedLocked(k, c.hdr); d == 0 || d > at {
+			return false
 		}
 	}
-	return len(left) == 0
+	return true
 }
 
 // keepAlive restarts the TTL of c's class lease (joining the class's

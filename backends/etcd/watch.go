@@ -2,6 +2,8 @@ package etcd
 
 import (
 	"context"
+	"math"
+	"slices"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -18,10 +20,13 @@ import (
 // and stopped by Close, or once the backend has held and waited for
 // nothing for watchLinger: an idle Client costs the cluster no watch
 // (every deletion under the prefix is otherwise sent to every Client's
-// watch), and the next registration starts a new one, from its own read.
+// watch), and the next registration starts a new one.
 //
-// It never misses a deletion: the first watch starts at the revision just
-// after the first held or waiting key was read; a broken watch resumes at
+// It never misses a deletion: a watch started for a held lease starts at
+// the revision just after its key was read; one started for a waiter at
+// the revision current when etcd creates it, and the waiter reads its
+// queue again once it runs (a registration from a revision the watch
+// does not cover, below); a broken watch resumes at
 // the revision after the last one it delivered; a lease held or a wait
 // registered from a revision the watch does not cover (registered while
 // the watch was being started, or before a compaction made the watch skip
@@ -48,34 +53,65 @@ type deletion struct {
 
 // watchState is guarded by backend.mu.
 type watchState struct {
-	started bool
-	gen     uint64             // generation of the running watch: an older loop changes nothing
-	stop    context.CancelFunc // ends the running watch
-	idle    *time.Timer        // armed while nothing is held or waited for: stopIdle
-	idleAt  time.Time          // when the backend last became idle (zero: busy)
+	started     bool
+	gen         uint64             // generation of the running watch: an older loop changes nothing
+	stop        context.CancelFunc // ends the running watch
+	idle        *time.Timer        // armed while nothing is held or waited for: stopIdle
+	idleAt      time.Time          // when the backend last became idle (zero: busy)
+	ready       chan struct{}      // closed once the running watch is first established
+	readyClosed bool               // ready is closed
 
 	from int64 // every deletion at revision ≥ from is (or will be) seen
 	next int64 // revision the next watch starts at
 	live bool  // a watch is established
 
-	recent     []deletion // ring of the latest delivered deletions
-	recentPos  int        // next slot of recent to write
-	recentFrom int64      // every delivered deletion at revision ≥ recentFrom is in recent
+	recent     []deletion         // ring of the latest delivered deletions
+	recentPos  int                // next slot of recent to write
+	recentFrom int64              // every delivered deletion at revision ≥ recentFrom is in recent
+	recentKey  map[string][]int64 // revisions of each key's deletions in recent, ascending
 
 	waitOwn  map[string]*waiter              // waiting contenders by their key
 	waitPred map[string]map[*waiter]struct{} // waiting contenders by the key ahead of them
 }
 
 // startLocked starts the watch at hdr+1 if it is not running. b.mu is held.
+//
+// etcd serves a watch that starts at a past revision from its "unsynced"
+// watcher group, which it catches up every 100 ms: the deletions it
+// delivers may then come up to 100 ms late. A held lease can afford that
+// (its loss is reported a little later); a waiter starts the watch at
+// the current revision instead (startNowLocked).
 func (b *backend) startLocked(hdr int64) {
-	w := &b.watch
-	if w.started {
+	if b.watch.started {
 		return
 	}
+	b.launchLocked(hdr + 1)
+}
+
+// startNowLocked starts the watch at the revision current when etcd
+// creates it, if it is not running: it covers nothing until it is
+// established (watchState.ready), then every deletion after the revision
+// its creation reported. b.mu is held.
+func (b *backend) startNowLocked() {
+	if b.watch.started {
+		return
+	}
+	b.launchLocked(0)
+}
+
+// launchLocked starts a watch from revision from (0: the current one,
+// covering nothing until established). b.mu is held.
+func (b *backend) launchLocked(from int64) {
+	w := &b.watch
 	w.started, w.live = true, false
 	w.gen++
-	w.from, w.next, w.recentFrom = hdr+1, hdr+1, hdr+1
-	w.recent, w.recentPos = w.recent[:0], 0
+	w.ready, w.readyClosed = make(chan struct{}), false
+	if from == 0 {
+		w.from, w.next, w.recentFrom = math.MaxInt64, 0, math.MaxInt64
+	} else {
+		w.from, w.next, w.recentFrom = from, from, from
+	}
+	w.recent, w.recentPos, w.recentKey = w.recent[:0], 0, nil
 	ctx, cancel := context.WithCancel(b.ctx)
 	w.stop = cancel
 	b.ops.Add(1)
@@ -131,13 +167,11 @@ func (b *backend) coveredLocked(hdr int64) bool {
 // deletedLocked returns the revision of the first delivered deletion of
 // key after revision after (0 if none). b.mu is held.
 func (b *backend) deletedLocked(key string, after int64) int64 {
-	var first int64
-	for _, d := range b.watch.recent {
-		if d.key == key && d.rev > after && (first == 0 || d.rev < first) {
-			first = d.rev
-		}
+	revs := b.watch.recentKey[key] // ascending: the watch delivers in revision order
+	if i, _ := slices.BinarySearch(revs, after+1); i < len(revs) {
+		return revs[i]
 	}
-	return first
+	return 0
 }
 
 // registerLocked adds a held lease to the watch, starting the watch if
@@ -150,6 +184,17 @@ func (b *backend) registerLocked(l *lease, hdr int64) (check, lost bool) {
 	b.busyLocked()
 	if !b.watch.started {
 		b.startLocked(hdr)
+		return false, false
+	}
+	if b.watch.next == 0 {
+		// Started at the current revision (for a waiter) and not
+		// established yet: it may begin after hdr+1, and a read of our
+		// key now might precede its start. Start it again from hdr+1.
+		b.watch.stop()
+		if !b.watch.readyClosed {
+			close(b.watch.ready) // a waiter waiting for it reads again
+		}
+		b.launchLocked(hdr + 1)
 		return false, false
 	}
 	if !b.coveredLocked(hdr) {
@@ -234,7 +279,18 @@ func (b *backend) watchOnce(ctx context.Context, gen uint64) {
 			return
 		}
 		if wr.Created {
-			b.watch.live = true
+			w := &b.watch
+			w.live = true
+			if w.next == 0 && wr.Header != nil {
+				// Started at the current revision: it covers every
+				// deletion after the one its creation reports.
+				rev := wr.Header.Revision + 1
+				w.from, w.next, w.recentFrom = rev, rev, rev
+			}
+			if !w.readyClosed {
+				w.readyClosed = true
+				close(w.ready)
+			}
 		}
 		for _, ev := range wr.Events {
 			if ev.Type != mvccpb.DELETE {
@@ -277,7 +333,7 @@ func (b *backend) recheckAll(gen uint64) {
 		return // stopped while idle: nothing to recheck
 	}
 	w.from, w.next, w.recentFrom = rev+1, rev+1, rev+1
-	w.recent, w.recentPos = w.recent[:0], 0
+	w.recent, w.recentPos, w.recentKey = w.recent[:0], 0, nil
 	ls := make([]*lease, 0, len(b.keys))
 	for _, l := range b.keys {
 		ls = append(ls, l)
@@ -296,13 +352,23 @@ func (b *backend) recheckAll(gen uint64) {
 // the waiters it concerns. b.mu is held.
 func (b *backend) deliveredLocked(key string, rev int64) {
 	w := &b.watch
+	if w.recentKey == nil {
+		w.recentKey = map[string][]int64{}
+	}
 	if len(w.recent) < recentCap {
 		w.recent = append(w.recent, deletion{key, rev})
 	} else {
-		w.recentFrom = max(w.recentFrom, w.recent[w.recentPos].rev+1)
+		old := w.recent[w.recentPos]
+		w.recentFrom = max(w.recentFrom, old.rev+1)
+		if revs := w.recentKey[old.key]; len(revs) <= 1 {
+			delete(w.recentKey, old.key)
+		} else {
+			w.recentKey[old.key] = revs[1:] // the oldest of that key's is the ring's oldest
+		}
 		w.recent[w.recentPos] = deletion{key, rev}
 		w.recentPos = (w.recentPos + 1) % recentCap
 	}
+	w.recentKey[key] = append(w.recentKey[key], rev)
 	if wt := w.waitOwn[key]; wt != nil && rev > wt.rev && wt.ownGone == 0 {
 		wt.ownGone = rev
 		wt.notify()
