@@ -103,9 +103,14 @@
 // not found") ends every lease on it at once, and the next acquisition
 // grants a new one.
 //
-// Release deletes our key, only if it is still ours: one Txn. An
-// acquire+release is thus two raft writes, the minimum for a queue of
-// keys, and a held lease costs no goroutine and no RPC of its own.
+// Release deletes our key with a plain DeleteRange, as Mutex.Unlock
+// does: no other key ever has its name while we hold it (the class
+// lease's ID and a number the Client gives one contender at a time, taken
+// back only after this delete), so it cannot delete another holder's
+// key, and its PrevKv tells whether the key was still ours (if not, the
+// lease was lost). An acquire+release is thus two raft writes, the
+// minimum for a queue of keys, and a held lease costs no goroutine and no
+// RPC of its own.
 //
 // # Waiting and loss
 //
@@ -114,11 +119,17 @@
 // waiters share one watch per Client, on every key under KeyPrefix
 // (deletions only; with an empty KeyPrefix, the whole keyspace), which
 // delivers deletions in revision order; a release thus wakes the one
-// waiter behind it, and no herd. When the key ahead was the only key
-// ahead of ours (as read when we queued or last read the queue), its
-// deletion, with no deletion of our own key delivered before or with it,
-// proves our key first as of that revision: the turn passes with no
-// request at all. Otherwise the waiter reads the queue again as of the
+// waiter behind it, and no herd. The watch starts with the Client's
+// first held lease or waiter and stops once it has held and waited for
+// nothing for a second (an idle Client costs the cluster no watch, and
+// a release none of its work). The read that queues us (or the last read
+// of the queue) returns the keys ahead of ours, all of them if at most
+// 16. When the key just ahead is deleted, and it was the only key ahead
+// of ours, or every other key ahead was deleted before it (the watch
+// delivered it), with no deletion of our own key delivered before or
+// with it, that proves our key first as of that revision (a key created
+// later is behind ours): the turn passes with no request at all.
+// Otherwise the waiter reads the queue again as of the
 // deletion's revision (a serializable read at a fixed revision, which any
 // member serves from its own store). Our own key is never counted first
 // unless a read, or the watch up to that revision, shows it still exists
@@ -171,6 +182,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -334,6 +346,9 @@ func (b *backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	if b.watch.idle != nil {
+		b.watch.idle.Stop()
+	}
 	b.mu.Unlock()
 	b.cancel()
 	b.ops.Wait()
@@ -377,11 +392,12 @@ type contender struct {
 	rev     int64  // CreateRevision of key (0: unknown)
 	sent    time.Time
 
-	once bool   // the Txn that created key was sent once (no retry may apply later)
-	held bool   // key is first under pfx (as of revision hdr)
-	pred string // the key just ahead of ours, if known ("" if held or unknown)
-	only bool   // pred is the only key ahead of ours
-	hdr  int64  // revision of the last read
+	once  bool     // the Txn that created key was sent once (no retry may apply later)
+	held  bool     // key is first under pfx (as of revision hdr)
+	pred  string   // the key just ahead of ours, if known ("" if held or unknown)
+	only  bool     // pred is the only key ahead of ours
+	ahead []string // every key ahead of ours, pred first, if at most aheadMax (else nil)
+	hdr   int64    // revision of the last read
 }
 
 // keyName is a new lock key under pfx on cls's lease: the lease ID in hex,
@@ -498,15 +514,16 @@ func (b *backend) createKey(ctx context.Context, c *contender, withPred bool) er
 	first := clientv3.OpGet(c.pfx+"/", append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
 	then := []clientv3.Op{clientv3.OpPut(c.key, "", clientv3.WithLease(c.cls.id)), first}
 	if withPred {
-		// Before the Put, the last-created key is the one just ahead of ours.
-		last := clientv3.OpGet(c.pfx+"/", append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...)
+		// Before the Put, the keys under the prefix are the ones ahead of
+		// ours, the last-created just ahead.
+		last := clientv3.OpGet(c.pfx+"/", append(clientv3.WithLastCreate(), clientv3.WithLimit(aheadMax), clientv3.WithKeysOnly())...)
 		then = append([]clientv3.Op{last}, then...)
 	}
 	// The Txn is idempotent (a retry finds our key and reads it), so it is
 	// retried when a member fails under it, within the request timeout.
 	rctx, cancel := b.rpcCtx(ctx)
 	defer cancel()
-	c.held, c.pred, c.only = false, "", false
+	c.held, c.pred, c.only, c.ahead = false, "", false, nil
 	var resp *clientv3.TxnResponse
 	var err error
 	c.once = true
@@ -530,9 +547,7 @@ func (b *backend) createKey(ctx context.Context, c *contender, withPred bool) er
 		c.rev = resp.Header.Revision
 		rs := resp.Responses
 		if withPred {
-			if kvs := rs[0].GetResponseRange().Kvs; len(kvs) > 0 {
-				c.pred = string(kvs[0].Key)
-			}
+			c.pred, c.ahead = aheadOf(rs[0].GetResponseRange())
 			rs = rs[1:]
 		}
 		owner = rs[1].GetResponseRange().Kvs
@@ -546,10 +561,33 @@ func (b *backend) createKey(ctx context.Context, c *contender, withPred bool) er
 	}
 	c.held = len(owner) == 0 || owner[0].CreateRevision == c.rev
 	if c.held {
-		c.pred = ""
+		c.pred, c.ahead = "", nil
 	}
 	c.only = c.pred != "" && len(owner) > 0 && string(owner[0].Key) == c.pred
 	return nil
+}
+
+// aheadMax bounds the keys ahead of ours that a waiter reads and follows
+// (see contender.ahead and waitTurn); behind a longer queue it follows
+// only the key just ahead.
+const aheadMax = 16
+
+// aheadOf returns the key just ahead of ours and, if the read returned
+// every key ahead (at most aheadMax), all of them, from r: a read of the
+// keys ahead of ours, last-created first, limited to aheadMax.
+func aheadOf(r *pb.RangeResponse) (pred string, ahead []string) {
+	if r == nil || len(r.Kvs) == 0 {
+		return "", nil
+	}
+	pred = string(r.Kvs[0].Key)
+	if r.More {
+		return pred, nil
+	}
+	ahead = make([]string, len(r.Kvs))
+	for i, kv := range r.Kvs {
+		ahead[i] = string(kv.Key)
+	}
+	return pred, ahead
 }
 
 // tomb is the key whose existence makes the Txn that creates c.key fail

@@ -213,8 +213,11 @@ func (l *lease) moveTo(ctx context.Context, secs int64) error {
 	}
 }
 
-// Release deletes our key if it is still ours, which frees the lock: one
-// Txn; the class lease stays for the backend's other keys. If the
+// Release deletes our key, which frees the lock: one DeleteRange (see
+// deleteOwn for why it cannot delete another holder's key), as
+// concurrency.Mutex.Unlock; the class lease stays for the backend's other
+// keys. If the key was already gone, or was not the one we were granted,
+// the lease was lost: ErrLeaseLost. If the
 // delete's outcome is unknown (a member died under the request) it sends
 // the delete again, as a new request; if that fails too the key is left to
 // the reaper (see reapLater), and the store frees it at the latest when
@@ -227,11 +230,11 @@ func (l *lease) Release(ctx context.Context) error {
 	// leader that then died hangs until the server gives up; the retry
 	// below is a new request that the new leader serves.
 	rctx, cancel := context.WithTimeout(ctx, b.timeout/2)
-	ok, err := b.deleteKey(rctx, l.key, l.rev)
+	ok, err := b.deleteOwn(rctx, l.key, l.rev)
 	cancel()
 	if err != nil {
 		rctx, cancel := b.rpcCtx(context.WithoutCancel(ctx))
-		_, err = b.deleteKey(rctx, l.key, l.rev)
+		_, err = b.deleteOwn(rctx, l.key, l.rev)
 		cancel()
 		if err != nil {
 			b.reapLater(l.key, l.rev)
@@ -263,6 +266,7 @@ func (l *lease) forget() {
 	b.mu.Lock()
 	if b.keys[l.key] == l {
 		delete(b.keys, l.key)
+		b.idleLocked()
 	}
 	b.mu.Unlock()
 }
@@ -321,6 +325,34 @@ func (b *backend) deleteKey(ctx context.Context, key string, rev int64) (bool, e
 		return false, err
 	}
 	return resp.Succeeded, nil
+}
+
+// deleteOwn deletes key, a key of ours with CreateRevision rev that no
+// request of ours may still create (its creating Txn was answered), with
+// a plain DeleteRange, and reports whether the key it deleted was the one
+// with CreateRevision rev (false: it was already gone, so the lease was
+// lost).
+//
+// A plain delete, unlike deleteKey's compare-Txn, needs no read view and
+// no comparison on the server (in etcd 3.4 that is some 80 µs of a
+// ~900 µs write), and it is exactly as safe, because the name is ours
+// alone: a key name is the lock prefix, the class lease's ID (unique in
+// the cluster while the lease lives, and every key on it goes when it
+// ends) and a number that the backend gives to one contender at a time,
+// and takes back only once a request of ours deleted that key (freeName),
+// which for a held key is this delete itself. So while we call it,
+// nothing but our own request can have created a key of that name: if
+// the key is there, it is ours. concurrency.Mutex.Unlock relies on the
+// same (its key is the prefix and the session's lease ID). The PrevKv
+// is checked all the same: a key of that name with another
+// CreateRevision (which could only be one our own create left behind)
+// is reported as a loss, never as our release.
+func (b *backend) deleteOwn(ctx context.Context, key string, rev int64) (bool, error) {
+	resp, err := b.cli.Delete(ctx, key, clientv3.WithPrevKV())
+	if err != nil {
+		return false, err
+	}
+	return resp.Deleted == 1 && len(resp.PrevKvs) == 1 && resp.PrevKvs[0].CreateRevision == rev, nil
 }
 
 // reapLater deletes a key whose delete failed, in the background (see

@@ -374,3 +374,264 @@ func TestWatchResumesAfterCompaction(t *testing.T) {
 		t.Fatalf("Err = %v, want ErrLeaseLost", l.Err())
 	}
 }
+
+// watchStarted reports whether c's shared watch runs.
+func watchStarted(t *testing.T, c *fencelock.Client) bool {
+	t.Helper()
+	var b *backend
+	if !c.As(&b) {
+		t.Fatal("Client.As(**backend) = false")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.watch.started
+}
+
+// waitWatchStopped waits until c's shared watch stopped (idle for
+// watchLinger).
+func waitWatchStopped(t *testing.T, c *fencelock.Client) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); watchStarted(t, c); {
+		if time.Now().After(deadline) {
+			t.Fatalf("shared watch still running %v after the Client held and waited for nothing", 10*time.Second)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a state, not a sync
+	}
+}
+
+// TestIdleWatchStopsAndRestarts: a Client that holds and waits for
+// nothing drops its shared watch after watchLinger (an idle Client costs
+// the cluster no watch); the next held lease or waiter starts a new one,
+// which still reports a held key's deletion as a loss and a released
+// key ahead as a waiter's turn.
+func TestIdleWatchStopsAndRestarts(t *testing.T) {
+	e := newInteropEnv(t)
+	a, w := e.client(), e.client()
+	o := &fencelock.AcquireOptions{TTL: 10 * time.Second, AutoRenew: fencelock.Bool(false)}
+	for _, c := range []*fencelock.Client{a, w} {
+		l, err := c.TryAcquire(e.ctx, "warm", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !watchStarted(t, c) {
+			t.Fatal("holding a lease did not start the shared watch")
+		}
+		if err := l.Release(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitWatchStopped(t, c)
+	}
+
+	// Loss of a held key, seen by the watch the grant restarted.
+	l, err := a.TryAcquire(e.ctx, "lost", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.raw.Delete(e.ctx, string(e.lockKey("lost").Kvs[0].Key)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("deletion of a held key not reported after the watch restarted")
+	}
+	if err := l.Release(e.ctx); !errors.Is(err, fencelock.ErrLeaseLost) {
+		t.Fatalf("Release after loss: %v, want ErrLeaseLost", err)
+	}
+	waitWatchStopped(t, a)
+	waitWatchStopped(t, w)
+
+	// A hand-off to a waiter whose Client's watch had stopped.
+	h, err := a.TryAcquire(e.ctx, "handoff", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	var wl *fencelock.Lease
+	go func() {
+		var err error
+		wl, err = w.Acquire(e.ctx, "handoff", o)
+		got <- err
+	}()
+	e.waitKeys("handoff", 2)
+	if err := h.Release(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not granted 10s after the holder released")
+	}
+	if wl.Fence() <= h.Fence() {
+		t.Errorf("waiter's fence %d not above the holder's %d", wl.Fence(), h.Fence())
+	}
+	if err := wl.Release(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReleaseReportsDeletedKey: Release (a plain delete of our key)
+// reports ErrLeaseLost when the key was deleted under it, even before
+// the shared watch delivered that deletion, and deletes nothing else: a
+// contender queued since keeps its key.
+func TestReleaseReportsDeletedKey(t *testing.T) {
+	e := newInteropEnv(t)
+	c, other := e.client(), e.client()
+	o := &fencelock.AcquireOptions{TTL: 10 * time.Second, AutoRenew: fencelock.Bool(false)}
+	l, err := c.TryAcquire(e.ctx, "gone", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b *backend
+	c.As(&b)
+	var g Guard
+	if !l.As(&g) {
+		t.Fatal("Lease.As(*Guard) = false")
+	}
+	// Delete our key and hold the lock from another Client: stop the
+	// watch's report of it from reaching the lease first by removing the
+	// lease from the watch's held keys.
+	b.mu.Lock()
+	held := b.keys[g.Key]
+	delete(b.keys, g.Key)
+	b.mu.Unlock()
+	if held == nil {
+		t.Fatal("lease not registered with the watch")
+	}
+	if _, err := e.raw.Delete(e.ctx, g.Key); err != nil {
+		t.Fatal(err)
+	}
+	ol, err := other.TryAcquire(e.ctx, "gone", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(e.ctx); !errors.Is(err, fencelock.ErrLeaseLost) {
+		t.Fatalf("Release of a deleted key: %v, want ErrLeaseLost", err)
+	}
+	resp := e.lockKey("gone")
+	if len(resp.Kvs) != 1 || int64(ol.Fence()) != resp.Kvs[0].CreateRevision {
+		t.Fatalf("after the lost lease's Release the queue is %v, want the other holder's key (fence %d)", resp.Kvs, ol.Fence())
+	}
+	if err := ol.Release(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestQueuedHandoffSendsNoRequest: a waiter with several keys ahead of
+// it (at most aheadMax) follows all of them; when the one just ahead is
+// deleted after the others, the turn passes with no request from the
+// waiter, and FIFO order and growing fences hold.
+func TestQueuedHandoffSendsNoRequest(t *testing.T) {
+	cli, rc := countedClient(t, -1)
+	srv := sharedEtcd(t, 1)
+	kp := fmt.Sprintf("qhandoff-%d/", time.Now().UnixNano())
+	w := NewWithConfig(cli, &Config{KeyPrefix: kp}, nil)
+	defer w.Close()
+	o := &fencelock.AcquireOptions{TTL: 30 * time.Second}
+	const ahead = 3
+	others := make([]*fencelock.Client, ahead)
+	for i := range others {
+		others[i] = NewWithConfig(newClientv3(t, srv.Endpoints()...), &Config{KeyPrefix: kp}, nil)
+		defer others[i].Close()
+	}
+	raw := newClientv3(t, srv.Endpoints()...)
+	waitCount := func(n int64) {
+		t.Helper()
+		for {
+			resp, err := raw.Get(t.Context(), LockPrefix(kp, "x")+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Count == n {
+				return
+			}
+			time.Sleep(5 * time.Millisecond) // polling the store for a state, not a sync
+		}
+	}
+	for round := range 3 {
+		first, err := others[0].Acquire(t.Context(), "x", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]chan grant, ahead)
+		for i := 1; i < ahead; i++ {
+			got[i] = make(chan grant, 1)
+			go func() {
+				l, err := others[i].Acquire(t.Context(), "x", o)
+				got[i] <- grant{l, err}
+			}()
+			waitCount(int64(i + 1))
+		}
+		wGot := make(chan grant, 1)
+		go func() {
+			l, err := w.Acquire(t.Context(), "x", o)
+			wGot <- grant{l, err}
+		}()
+		waitCount(ahead + 1)
+		txn0 := rc.txn.Load()
+		held, fence := first, first.Fence()
+		for i := 1; i <= ahead; i++ {
+			if err := held.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			var g grant
+			if i < ahead {
+				g = <-got[i]
+			} else {
+				g = <-wGot
+			}
+			if g.err != nil {
+				t.Fatal(g.err)
+			}
+			if g.l.Fence() <= fence {
+				t.Fatalf("round %d: grant %d has fence %d, not above the previous %d", round, i, g.l.Fence(), fence)
+			}
+			held, fence = g.l, g.l.Fence()
+		}
+		if n := rc.txn.Load() - txn0; n != 0 && round > 0 {
+			// The first wait may start the shared watch after the queue
+			// was read, and read it again.
+			t.Errorf("round %d: the waiter with %d keys ahead sent %d Txns after it queued, want 0", round, ahead, n)
+		}
+		if err := held.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestLeaseRegisteredWhileWaiterWatchStarts: a watch started for a waiter
+// begins at the revision current when etcd creates it, which may come
+// after a held lease's key was read; a lease registered before it is
+// established restarts it from just after its own read, so no deletion
+// of its key can fall between the two.
+func TestLeaseRegisteredWhileWaiterWatchStarts(t *testing.T) {
+	e := newInteropEnv(t)
+	c := e.client()
+	var b *backend
+	if !c.As(&b) {
+		t.Fatal("Client.As(**backend) = false")
+	}
+	resp, err := e.raw.Put(e.ctx, e.keyPrefix+"filler", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := resp.Header.Revision
+	l := &lease{key: e.keyPrefix + "fake/1_1", rev: hdr}
+	b.mu.Lock()
+	b.startNowLocked()
+	// b.mu is held: the watch cannot have been established.
+	check, lost := b.registerLocked(l, hdr)
+	from, next := b.watch.from, b.watch.next
+	delete(b.keys, l.key)
+	b.idleLocked()
+	b.mu.Unlock()
+	if check || lost {
+		t.Errorf("registerLocked = check %v, lost %v; want false, false (the watch restarted from the lease's read)", check, lost)
+	}
+	if from != hdr+1 || next != hdr+1 {
+		t.Errorf("watch covers from %d (next %d), want %d: the revision after the lease's read", from, next, hdr+1)
+	}
+}

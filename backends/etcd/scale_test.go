@@ -18,13 +18,14 @@ import (
 
 // rpcCounter counts the etcd RPCs of one etcd client by method, and
 // remembers the counts when the n-th Txn (the last acquire of HoldMany,
-// which makes one Txn per acquire) and the next one (the first release)
-// were sent: the window in which the leases were only held and renewed.
+// which makes one Txn per acquire) and the first DeleteRange (the first
+// release) were sent: the window in which the leases were only held and
+// renewed.
 type rpcCounter struct {
 	n int64 // Txns in the acquire phase
 
-	txn, keepAlive, other atomic.Int64
-	kaStreams             atomic.Int64 // LeaseKeepAlive streams opened
+	txn, del, keepAlive, other atomic.Int64 // del: DeleteRange (a Release)
+	kaStreams                  atomic.Int64 // LeaseKeepAlive streams opened
 
 	mu         sync.Mutex
 	heldAt     time.Time
@@ -41,7 +42,9 @@ func (c *rpcCounter) count(method string) {
 			c.mu.Lock()
 			c.heldAt, c.atHeld = time.Now(), [2]int64{c.keepAlive.Load(), c.other.Load()}
 			c.mu.Unlock()
-		case c.n + 1:
+		}
+	case "/etcdserverpb.KV/DeleteRange":
+		if c.del.Add(1) == 1 && c.n > 0 {
 			c.mu.Lock()
 			c.releasedAt, c.atReleased = time.Now(), [2]int64{c.keepAlive.Load(), c.other.Load()}
 			c.mu.Unlock()
@@ -186,8 +189,8 @@ func BenchmarkHold10000(b *testing.B) {
 }
 
 // TestAcquireReleaseRPCs: with its class lease fresh, a blocking Acquire
-// is one Txn and a Release one more, as concurrency.Mutex's Lock and
-// Unlock: no keepalive, grant, revoke or read of their own.
+// is one Txn and a Release one DeleteRange, as concurrency.Mutex's Lock
+// and Unlock: no keepalive, grant, revoke or read of their own.
 func TestAcquireReleaseRPCs(t *testing.T) {
 	cli, rc := countedClient(t, -1)
 	c := NewWithConfig(cli, &Config{KeyPrefix: "rpcs/"}, nil)
@@ -200,7 +203,7 @@ func TestAcquireReleaseRPCs(t *testing.T) {
 	if err := l.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	txn0, ka0, other0 := rc.txn.Load(), rc.keepAlive.Load(), rc.other.Load()
+	txn0, del0, ka0, other0 := rc.txn.Load(), rc.del.Load(), rc.keepAlive.Load(), rc.other.Load()
 	const n = 20
 	start := time.Now()
 	for range n {
@@ -212,13 +215,13 @@ func TestAcquireReleaseRPCs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	txn, ka, other := rc.txn.Load()-txn0, rc.keepAlive.Load()-ka0, rc.other.Load()-other0
-	t.Logf("%d acquire+release: %d Txn, %d keepalives, %d other RPCs in %v", n, txn, ka, other, time.Since(start))
+	txn, del, ka, other := rc.txn.Load()-txn0, rc.del.Load()-del0, rc.keepAlive.Load()-ka0, rc.other.Load()-other0
+	t.Logf("%d acquire+release: %d Txn, %d DeleteRange, %d keepalives, %d other RPCs in %v", n, txn, del, ka, other, time.Since(start))
 	// One other RPC may be the Client's background work landing in the
 	// window (the shared watch's stream opening after the warm-up); an
 	// extra RPC per acquire or release would show n or more.
-	if txn != 2*n || other > 1 {
-		t.Errorf("%d acquire+release sent %d Txns and %d other RPCs, want %d and at most 1 (not one per operation)", n, txn, other, 2*n)
+	if txn != n || del != n || other > 1 {
+		t.Errorf("%d acquire+release sent %d Txns, %d DeleteRanges and %d other RPCs, want %d, %d and at most 1 (not one per operation)", n, txn, del, other, n, n)
 	}
 	// A class refresh is due only when the last is older than TTL/6 (5 s).
 	if ka > 1 && time.Since(start) < 5*time.Second {
@@ -227,8 +230,8 @@ func TestAcquireReleaseRPCs(t *testing.T) {
 }
 
 // TestTryAcquireReleaseRPCs: a TryAcquire+Release through the portable
-// Client is two Txns (create our key and read the queue; delete it), as
-// concurrency.Mutex's is: the class lease's last refresh is recent, so no
+// Client is a Txn (create our key and read the queue) and a DeleteRange,
+// as concurrency.Mutex's is: the class lease's last refresh is recent, so no
 // keepalive is sent (the lease's validity counts from that refresh,
 // driver.TimedTryAcquirer); no other RPC.
 func TestTryAcquireReleaseRPCs(t *testing.T) {
@@ -249,20 +252,20 @@ func TestTryAcquireReleaseRPCs(t *testing.T) {
 	// the call) and starts the watch.
 	cycle()
 	cycle()
-	txn0, ka0, other0, streams0 := rc.txn.Load(), rc.keepAlive.Load(), rc.other.Load(), rc.kaStreams.Load()
+	txn0, del0, ka0, other0, streams0 := rc.txn.Load(), rc.del.Load(), rc.keepAlive.Load(), rc.other.Load(), rc.kaStreams.Load()
 	const n = 20
 	for range n {
 		cycle()
 	}
-	txn, ka, other, streams := rc.txn.Load()-txn0, rc.keepAlive.Load()-ka0, rc.other.Load()-other0, rc.kaStreams.Load()-streams0
-	t.Logf("%d try-acquire+release: %d Txn, %d keepalives on %d new streams, %d other RPCs", n, txn, ka, streams, other)
+	txn, del, ka, other, streams := rc.txn.Load()-txn0, rc.del.Load()-del0, rc.keepAlive.Load()-ka0, rc.other.Load()-other0, rc.kaStreams.Load()-streams0
+	t.Logf("%d try-acquire+release: %d Txn, %d DeleteRange, %d keepalives on %d new streams, %d other RPCs", n, txn, del, ka, streams, other)
 	// One other RPC may be background work landing in the window (the
 	// shared watch's stream opening); one per operation would show n.
 	// The class lease was refreshed within TTL/12 (its grant): the
 	// portable TryAcquire (TryAcquireAt) sends no keepalive, as
 	// concurrency.Mutex sends none; one may start in the background if the
 	// loop outlasts TTL/12 on a slow machine.
-	if txn != 2*n || ka > 1 || other > 1 || streams > 1 {
-		t.Errorf("%d try-acquire+release: %d Txns, %d keepalives, %d new keepalive streams, %d other RPCs; want %d, at most 1, at most 1 and at most 1", n, txn, ka, streams, other, 2*n)
+	if txn != n || del != n || ka > 1 || other > 1 || streams > 1 {
+		t.Errorf("%d try-acquire+release: %d Txns, %d DeleteRanges, %d keepalives, %d new keepalive streams, %d other RPCs; want %d, %d, at most 1, at most 1 and at most 1", n, txn, del, ka, streams, other, n, n)
 	}
 }

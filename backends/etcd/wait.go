@@ -9,6 +9,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// watchReadyWait bounds how long a waiter waits for a watch being started
+// to run before it reads the queue anyway (a read that fails surfaces an
+// unavailable cluster).
+const watchReadyWait = 100 * time.Millisecond
+
 // errRequeue: our key vanished while we waited (lease expired or key
 // deleted); queue again with a new lease.
 var errRequeue = errors.New("etcd: our lock key vanished while waiting")
@@ -22,7 +27,8 @@ var errRequeue = errors.New("etcd: our lock key vanished while waiting")
 // It waits for the deletion of the key just ahead of ours (c.pred), which
 // the shared watch (watch.go) delivers, with the deletions of our own key,
 // in revision order. When the key ahead was the only one ahead of ours
-// (c.only) and our key was not deleted before it, that deletion makes us
+// (c.only), or every other key ahead of ours (c.ahead) was deleted before
+// it, and our key was not deleted before it, that deletion makes us
 // first as of its revision: the turn passes with no request at all.
 // Otherwise the queue is read again as of that revision (check).
 func (b *backend) waitTurn(ctx context.Context, c *contender) error {
@@ -38,22 +44,34 @@ func (b *backend) waitTurn(ctx context.Context, c *contender) error {
 	for {
 		if needCheck {
 			needCheck = false
-			own, pred, only, hdr, err := b.check(ctx, c, at)
+			own, pred, only, ahead, hdr, err := b.check(ctx, c, at)
 			if err != nil {
 				return err
 			}
 			if !own {
 				return errRequeue
 			}
-			c.hdr, c.pred, c.only = hdr, pred, only
+			c.hdr, c.pred, c.only, c.ahead = hdr, pred, only, ahead
 			if pred == "" {
 				return nil // our turn
 			}
 		}
-		if !b.registerWait(wt, c) {
-			// Registered from a revision the watch no longer covers
-			// (compacted, or the watch started after it): read again.
-			if at == 0 {
+		if ok, ready := b.registerWait(wt, c); !ok {
+			// Registered from a revision the watch does not cover
+			// (compacted, or the watch started after it): read again,
+			// once the watch runs if it is being started.
+			switch {
+			case ready != nil:
+				t := time.NewTimer(watchReadyWait)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return b.fail(ctx, "wait", ctx.Err())
+				case <-ready:
+				case <-t.C:
+				}
+				t.Stop()
+			case at == 0:
 				if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
 					return b.fail(ctx, "wait", err)
 				}
@@ -74,10 +92,12 @@ func (b *backend) waitTurn(ctx context.Context, c *contender) error {
 				return errRequeue
 			case recheck:
 				needCheck = true
-			case predGone != 0 && c.only:
+			case predGone != 0 && (c.only || b.aheadGone(c, predGone)):
 				// Every deletion of our key up to predGone was delivered
 				// before (or with) that of the key ahead: our key existed
-				// at predGone, with nothing ahead of it.
+				// at predGone, with nothing ahead of it (the only key
+				// ahead, or every key ahead as of c.hdr, deleted since:
+				// a key created later is behind ours).
 				c.hdr, c.pred = predGone, ""
 				return nil
 			case predGone != 0:
@@ -125,7 +145,7 @@ func (w *waiter) notify() {
 // (and of our key), starting the shared watch if it is not running. It
 // reports false if the watch does not cover c.hdr+1: the caller must read
 // the queue again.
-func (b *backend) registerWait(wt *waiter, c *contender) bool {
+func (b *backend) registerWait(wt *waiter, c *contender) (ok bool, ready <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.unregisterLocked(wt)
@@ -135,15 +155,24 @@ func (b *backend) registerWait(wt *waiter, c *contender) bool {
 	}
 	wt.pred, wt.from, wt.ownGone, wt.predGone, wt.recheck = c.pred, c.hdr, 0, 0, false
 	w := &b.watch
+	b.busyLocked()
 	if !w.started {
-		b.startLocked(c.hdr)
-	} else if !b.coveredLocked(c.hdr) {
-		return false
+		// Not from c.hdr, a past revision, which etcd would serve late
+		// (see startLocked): from now, and read the queue again once it
+		// runs.
+		b.startNowLocked()
+	}
+	if !b.coveredLocked(c.hdr) {
+		if !w.live {
+			return false, w.ready
+		}
+		return false, nil
 	}
 	if w.waitOwn == nil {
 		w.waitOwn, w.waitPred = map[string]*waiter{}, map[string]map[*waiter]struct{}{}
 	}
 	w.waitOwn[wt.key] = wt
+	b.busyLocked()
 	set := w.waitPred[wt.pred]
 	if set == nil {
 		set = map[*waiter]struct{}{}
@@ -156,12 +185,13 @@ func (b *backend) registerWait(wt *waiter, c *contender) bool {
 	if wt.ownGone != 0 || wt.predGone != 0 {
 		wt.notify()
 	}
-	return true
+	return true, nil
 }
 
 func (b *backend) unregisterWait(wt *waiter) {
 	b.mu.Lock()
 	b.unregisterLocked(wt)
+	b.idleLocked()
 	b.mu.Unlock()
 }
 
@@ -190,20 +220,20 @@ func (b *backend) unregisterLocked(wt *waiter) {
 // round, which under load waits for the next fsync); if that member has
 // not applied the revision yet, or it was compacted, check reads the
 // latest revision instead (linearizable).
-func (b *backend) check(ctx context.Context, c *contender, at int64) (own bool, pred string, only bool, hdr int64, err error) {
+func (b *backend) check(ctx context.Context, c *contender, at int64) (own bool, pred string, only bool, ahead []string, hdr int64, err error) {
 	rctx, cancel := b.rpcCtx(ctx)
 	defer cancel()
 	for {
 		mineOpts := []clientv3.OpOption{clientv3.WithKeysOnly()}
-		ahead := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(c.rev-1), clientv3.WithKeysOnly())
+		aheadOpts := append(clientv3.WithLastCreate(), clientv3.WithLimit(aheadMax), clientv3.WithMaxCreateRev(c.rev-1), clientv3.WithKeysOnly())
 		first := append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())
 		if at > 0 {
 			pin := []clientv3.OpOption{clientv3.WithRev(at), clientv3.WithSerializable()}
-			mineOpts, ahead, first = append(mineOpts, pin...), append(ahead, pin...), append(first, pin...)
+			mineOpts, aheadOpts, first = append(mineOpts, pin...), append(aheadOpts, pin...), append(first, pin...)
 		}
 		resp, err := b.cli.Txn(rctx).Then(
 			clientv3.OpGet(c.key, mineOpts...),
-			clientv3.OpGet(c.pfx+"/", ahead...),
+			clientv3.OpGet(c.pfx+"/", aheadOpts...),
 			clientv3.OpGet(c.pfx+"/", first...),
 		).Commit()
 		if err != nil && at > 0 && (errors.Is(err, rpctypes.ErrFutureRev) || errors.Is(err, rpctypes.ErrCompacted)) {
@@ -217,13 +247,11 @@ func (b *backend) check(ctx context.Context, c *contender, at int64) (own bool, 
 			continue
 		}
 		if err != nil {
-			return false, "", false, 0, b.fail(ctx, "check lock queue", err)
+			return false, "", false, nil, 0, b.fail(ctx, "check lock queue", err)
 		}
 		mine := resp.Responses[0].GetResponseRange().Kvs
 		own = len(mine) == 1 && mine[0].CreateRevision == c.rev
-		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-			pred = string(kvs[0].Key)
-		}
+		pred, ahead = aheadOf(resp.Responses[1].GetResponseRange())
 		if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 {
 			only = pred != "" && string(kvs[0].Key) == pred
 		}
@@ -231,8 +259,32 @@ func (b *backend) check(ctx context.Context, c *contender, at int64) (own bool, 
 		if at > 0 {
 			hdr = at
 		}
-		return own, pred, only, hdr, nil
+		return own, pred, only, ahead, hdr, nil
 	}
+}
+
+// aheadGone reports whether the shared watch delivered a deletion, after
+// c.hdr and at or before revision at, of every key in c.ahead (the keys
+// ahead of ours as of c.hdr): then none is left ahead of ours at at, as
+// a key created after c.hdr is behind ours. The watch delivers deletions
+// in revision order, so once it delivered one at revision at it delivered
+// every one before; they are in its ring of recent deletions if it
+// covers c.hdr.
+func (b *backend) aheadGone(c *contender, at int64) bool {
+	if len(c.ahead) == 0 {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.coveredLocked(c.hdr) {
+		return false
+	}
+	for _, k := range c.ahead {
+		if d := b.deletedLocked(k, c.hdr); d == 0 || d > at {
+			return false
+		}
+	}
+	return true
 }
 
 // keepAlive restarts the TTL of c's class lease (joining the class's

@@ -2,6 +2,8 @@ package etcd
 
 import (
 	"context"
+	"math"
+	"slices"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -15,10 +17,16 @@ import (
 // loss of that lease, and the deletion of the key just ahead of a waiting
 // contender's as its wake-up (wait.go): one watch and one goroutine for
 // any number of held leases and waiters, started with the first of them
-// and stopped by Close.
+// and stopped by Close, or once the backend has held and waited for
+// nothing for watchLinger: an idle Client costs the cluster no watch
+// (every deletion under the prefix is otherwise sent to every Client's
+// watch), and the next registration starts a new one.
 //
-// It never misses a deletion: the first watch starts at the revision just
-// after the first held or waiting key was read; a broken watch resumes at
+// It never misses a deletion: a watch started for a held lease starts at
+// the revision just after its key was read; one started for a waiter at
+// the revision current when etcd creates it, and the waiter reads its
+// queue again once it runs (a registration from a revision the watch
+// does not cover, below); a broken watch resumes at
 // the revision after the last one it delivered; a lease held or a wait
 // registered from a revision the watch does not cover (registered while
 // the watch was being started, or before a compaction made the watch skip
@@ -28,6 +36,10 @@ import (
 // a registration looks there for its keys; one older than the ring is
 // checked with a read too. While the watch is not established, Extend
 // reads the key itself (see lease.Extend).
+
+// watchLinger is how long the watch outlives the backend's last held
+// lease or waiter.
+const watchLinger = time.Second
 
 // recentCap is the number of delivered deletions kept for registrations
 // that come after them.
@@ -41,30 +53,109 @@ type deletion struct {
 
 // watchState is guarded by backend.mu.
 type watchState struct {
-	started bool
-	from    int64 // every deletion at revision ≥ from is (or will be) seen
-	next    int64 // revision the next watch starts at
-	live    bool  // a watch is established
+	started     bool
+	gen         uint64             // generation of the running watch: an older loop changes nothing
+	stop        context.CancelFunc // ends the running watch
+	idle        *time.Timer        // armed while nothing is held or waited for: stopIdle
+	idleAt      time.Time          // when the backend last became idle (zero: busy)
+	ready       chan struct{}      // closed once the running watch is first established
+	readyClosed bool               // ready is closed
 
-	recent     []deletion // ring of the latest delivered deletions
-	recentPos  int        // next slot of recent to write
-	recentFrom int64      // every delivered deletion at revision ≥ recentFrom is in recent
+	from int64 // every deletion at revision ≥ from is (or will be) seen
+	next int64 // revision the next watch starts at
+	live bool  // a watch is established
+
+	recent     []deletion         // ring of the latest delivered deletions
+	recentPos  int                // next slot of recent to write
+	recentFrom int64              // every delivered deletion at revision ≥ recentFrom is in recent
+	recentKey  map[string][]int64 // revisions of each key's deletions in recent, ascending
 
 	waitOwn  map[string]*waiter              // waiting contenders by their key
 	waitPred map[string]map[*waiter]struct{} // waiting contenders by the key ahead of them
 }
 
 // startLocked starts the watch at hdr+1 if it is not running. b.mu is held.
+//
+// etcd serves a watch that starts at a past revision from its "unsynced"
+// watcher group, which it catches up every 100 ms: the deletions it
+// delivers may then come up to 100 ms late. A held lease can afford that
+// (its loss is reported a little later); a waiter starts the watch at
+// the current revision instead (startNowLocked).
 func (b *backend) startLocked(hdr int64) {
-	w := &b.watch
-	if w.started {
+	if b.watch.started {
 		return
 	}
-	w.started = true
-	w.from, w.next, w.recentFrom = hdr+1, hdr+1, hdr+1
-	b.ops.Add(1)
-	go b.watchLoop()
+	b.launchLocked(hdr + 1)
 }
+
+// startNowLocked starts the watch at the revision current when etcd
+// creates it, if it is not running: it covers nothing until it is
+// established (watchState.ready), then every deletion after the revision
+// its creation reported. b.mu is held.
+func (b *backend) startNowLocked() {
+	if b.watch.started {
+		return
+	}
+	b.launchLocked(0)
+}
+
+// launchLocked starts a watch from revision from (0: the current one,
+// covering nothing until established). b.mu is held.
+func (b *backend) launchLocked(from int64) {
+	w := &b.watch
+	w.started, w.live = true, false
+	w.gen++
+	w.ready, w.readyClosed = make(chan struct{}), false
+	if from == 0 {
+		w.from, w.next, w.recentFrom = math.MaxInt64, 0, math.MaxInt64
+	} else {
+		w.from, w.next, w.recentFrom = from, from, from
+	}
+	w.recent, w.recentPos, w.recentKey = w.recent[:0], 0, nil
+	ctx, cancel := context.WithCancel(b.ctx)
+	w.stop = cancel
+	b.ops.Add(1)
+	go b.watchLoop(ctx, w.gen)
+}
+
+// idleLocked notes that a held lease or a waiter was removed: if none is
+// left, the watch stops after watchLinger unless one comes first. b.mu
+// is held.
+func (b *backend) idleLocked() {
+	w := &b.watch
+	if !w.started || len(b.keys) != 0 || len(w.waitOwn) != 0 {
+		return
+	}
+	w.idleAt = time.Now()
+	if w.idle == nil {
+		w.idle = time.AfterFunc(watchLinger, b.stopIdle)
+	}
+}
+
+// stopIdle stops the watch if the backend has held and waited for
+// nothing for watchLinger (the idle timer's callback). A registration
+// after it starts a new watch (startLocked).
+func (b *backend) stopIdle() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := &b.watch
+	if !w.started || len(b.keys) != 0 || len(w.waitOwn) != 0 || w.idleAt.IsZero() {
+		w.idle = nil // busy again: the next idleLocked re-arms
+		return
+	}
+	if d := watchLinger - time.Since(w.idleAt); d > 0 {
+		w.idle.Reset(d)
+		return
+	}
+	w.idle = nil
+	w.stop()
+	w.started, w.live = false, false
+	w.gen++ // the stopped loop may still be running: it changes nothing now
+}
+
+// busyLocked notes that a held lease or a waiter was registered. b.mu is
+// held.
+func (b *backend) busyLocked() { b.watch.idleAt = time.Time{} }
 
 // coveredLocked reports whether every deletion at a revision after hdr is
 // in recent or will be delivered. b.mu is held.
@@ -76,13 +167,11 @@ func (b *backend) coveredLocked(hdr int64) bool {
 // deletedLocked returns the revision of the first delivered deletion of
 // key after revision after (0 if none). b.mu is held.
 func (b *backend) deletedLocked(key string, after int64) int64 {
-	var first int64
-	for _, d := range b.watch.recent {
-		if d.key == key && d.rev > after && (first == 0 || d.rev < first) {
-			first = d.rev
-		}
+	revs := b.watch.recentKey[key] // ascending: the watch delivers in revision order
+	if i, _ := slices.BinarySearch(revs, after+1); i < len(revs) {
+		return revs[i]
 	}
-	return first
+	return 0
 }
 
 // registerLocked adds a held lease to the watch, starting the watch if
@@ -92,8 +181,20 @@ func (b *backend) deletedLocked(key string, after int64) int64 {
 // b.mu is held.
 func (b *backend) registerLocked(l *lease, hdr int64) (check, lost bool) {
 	b.keys[l.key] = l
+	b.busyLocked()
 	if !b.watch.started {
 		b.startLocked(hdr)
+		return false, false
+	}
+	if b.watch.next == 0 {
+		// Started at the current revision (for a waiter) and not
+		// established yet: it may begin after hdr+1, and a read of our
+		// key now might precede its start. Start it again from hdr+1.
+		b.watch.stop()
+		if !b.watch.readyClosed {
+			close(b.watch.ready) // a waiter waiting for it reads again
+		}
+		b.launchLocked(hdr + 1)
 		return false, false
 	}
 	if !b.coveredLocked(hdr) {
@@ -108,15 +209,18 @@ func (b *backend) watchLive() bool {
 	return b.watch.live
 }
 
-// watchLoop runs the shared watch until Close.
-func (b *backend) watchLoop() {
+// watchLoop runs the shared watch of generation gen until ctx ends
+// (Close, or stopIdle).
+func (b *backend) watchLoop(ctx context.Context, gen uint64) {
 	defer b.ops.Done()
-	for b.ctx.Err() == nil {
-		b.watchOnce()
+	for ctx.Err() == nil {
+		b.watchOnce(ctx, gen)
 		b.mu.Lock()
-		b.watch.live = false
+		if b.watch.gen == gen {
+			b.watch.live = false
+		}
 		b.mu.Unlock()
-		if sleepCtx(b.ctx, 50*time.Millisecond) != nil {
+		if sleepCtx(ctx, 50*time.Millisecond) != nil {
 			return
 		}
 	}
@@ -129,11 +233,15 @@ func (b *backend) watchLoop() {
 // from the stream, not through the watcher's two goroutines, which on a
 // busy machine adds to every hand-off. (Auth, and the leader requirement,
 // come with the connection and the context as for clientv3's own calls.)
-func (b *backend) watchOnce() {
+func (b *backend) watchOnce(ctx context.Context, gen uint64) {
 	b.mu.Lock()
 	from := b.watch.next
+	stale := b.watch.gen != gen
 	b.mu.Unlock()
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(b.ctx))
+	if stale {
+		return
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	st, err := pb.NewWatchClient(b.cli.ActiveConnection()).Watch(wctx)
 	if err != nil {
@@ -158,7 +266,7 @@ func (b *backend) watchOnce() {
 		if wr.CompactRevision != 0 {
 			// Revisions we did not see were compacted: read every held
 			// key, and watch on from now.
-			b.recheckAll()
+			b.recheckAll(gen)
 			return
 		}
 		if wr.Canceled {
@@ -166,8 +274,23 @@ func (b *backend) watchOnce() {
 		}
 		var lost []*lease
 		b.mu.Lock()
+		if b.watch.gen != gen {
+			b.mu.Unlock()
+			return
+		}
 		if wr.Created {
-			b.watch.live = true
+			w := &b.watch
+			w.live = true
+			if w.next == 0 && wr.Header != nil {
+				// Started at the current revision: it covers every
+				// deletion after the one its creation reports.
+				rev := wr.Header.Revision + 1
+				w.from, w.next, w.recentFrom = rev, rev, rev
+			}
+			if !w.readyClosed {
+				w.readyClosed = true
+				close(w.ready)
+			}
 		}
 		for _, ev := range wr.Events {
 			if ev.Type != mvccpb.DELETE {
@@ -194,8 +317,8 @@ func (b *backend) watchOnce() {
 
 // recheckAll restarts coverage at the current revision after a
 // compaction: every held key is read once, and later watches start after
-// that revision.
-func (b *backend) recheckAll() {
+// that revision. gen is the watch's generation.
+func (b *backend) recheckAll(gen uint64) {
 	rctx, cancel := b.rpcCtx(b.ctx)
 	defer cancel()
 	resp, err := b.cli.Get(rctx, b.keyPrefix, clientv3.WithCountOnly())
@@ -205,8 +328,12 @@ func (b *backend) recheckAll() {
 	rev := resp.Header.Revision
 	b.mu.Lock()
 	w := &b.watch
+	if w.gen != gen {
+		b.mu.Unlock()
+		return // stopped while idle: nothing to recheck
+	}
 	w.from, w.next, w.recentFrom = rev+1, rev+1, rev+1
-	w.recent, w.recentPos = w.recent[:0], 0
+	w.recent, w.recentPos, w.recentKey = w.recent[:0], 0, nil
 	ls := make([]*lease, 0, len(b.keys))
 	for _, l := range b.keys {
 		ls = append(ls, l)
@@ -225,13 +352,23 @@ func (b *backend) recheckAll() {
 // the waiters it concerns. b.mu is held.
 func (b *backend) deliveredLocked(key string, rev int64) {
 	w := &b.watch
+	if w.recentKey == nil {
+		w.recentKey = map[string][]int64{}
+	}
 	if len(w.recent) < recentCap {
 		w.recent = append(w.recent, deletion{key, rev})
 	} else {
-		w.recentFrom = max(w.recentFrom, w.recent[w.recentPos].rev+1)
+		old := w.recent[w.recentPos]
+		w.recentFrom = max(w.recentFrom, old.rev+1)
+		if revs := w.recentKey[old.key]; len(revs) <= 1 {
+			delete(w.recentKey, old.key)
+		} else {
+			w.recentKey[old.key] = revs[1:] // the oldest of that key's is the ring's oldest
+		}
 		w.recent[w.recentPos] = deletion{key, rev}
 		w.recentPos = (w.recentPos + 1) % recentCap
 	}
+	w.recentKey[key] = append(w.recentKey[key], rev)
 	if wt := w.waitOwn[key]; wt != nil && rev > wt.rev && wt.ownGone == 0 {
 		wt.ownGone = rev
 		wt.notify()
