@@ -18,3 +18,6 @@ func Idle(c *fencelock.Client) {
 	}
 	b.bg.Wait()
 }
+
+// QueueKey is the lead primary's queue of blocked Acquires on lock.
+func QueueKey(lock string) string { return keysFor(lock).queue }
