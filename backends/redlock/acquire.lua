@@ -7,21 +7,31 @@
 -- {0, PTTL of the holder} when held (-1: the key has no expiry);
 -- {0, -3} when this attempt was abandoned (see release.lua).
 -- With KEYS[4] and KEYS[5] (the lead primary, a blocked Acquire's retry):
--- the waiters' queue, a sorted set of waiter ids scored by arrival (ms),
+-- the waiters' queue, a sorted set of waiter ids scored by arrival order,
 -- and a hash of each waiter's deadline (ms); ARGV[3] the waiter id,
 -- ARGV[4] how long (ms) an entry outlives its waiter's last attempt,
 -- ARGV[5] '1' for an ordered attempt, '0' for a plain one. In an ordered
 -- attempt, waiters past their deadline are dropped from the head, and a
--- waiter behind another one is refused with {0, -4} and queued (kept in
--- place if it was already); the first in line, a waiter that finds nobody
+-- waiter behind others is refused and queued (kept in place if it was
+-- already) with {0, -4}.
+-- The first in line, a waiter that finds nobody
 -- queued, and a plain attempt try the lock, and the waiter is queued if it
--- is held, dequeued if it got it.
+-- is held. A waiter granted in an ordered attempt, or already queued, is
+-- put at the head (score 0: the holder) and stays there, so that nobody
+-- passes it while it holds the lock, nor if its attempt fails elsewhere,
+-- until its release takes it out (release.lua).
 local v = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
 if v[3] then
   return {0, -3}
 end
 local function enqueue(now)
-  redis.call('ZADD', KEYS[4], 'NX', now, ARGV[3])
+  -- Scored by arrival: one more than the last in line (ms could tie).
+  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  local seq = 1
+  if last[2] then
+    seq = tonumber(last[2]) + 1
+  end
+  redis.call('ZADD', KEYS[4], 'NX', seq, ARGV[3])
   redis.call('HSET', KEYS[5], ARGV[3], now + tonumber(ARGV[4]))
   redis.call('PEXPIRE', KEYS[4], ARGV[4])
   redis.call('PEXPIRE', KEYS[5], ARGV[4])
@@ -63,9 +73,11 @@ if v[1] or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   return {0, redis.call('PTTL', KEYS[1])}
 end
-if queued then
-  redis.call('ZREM', KEYS[4], ARGV[3])
-  redis.call('HDEL', KEYS[5], ARGV[3])
+if queued and (ARGV[5] == '1' or redis.call('ZSCORE', KEYS[4], ARGV[3])) then
+  redis.call('ZADD', KEYS[4], 0, ARGV[3])
+  redis.call('HSET', KEYS[5], ARGV[3], now + tonumber(ARGV[4]))
+  redis.call('PEXPIRE', KEYS[4], ARGV[4])
+  redis.call('PEXPIRE', KEYS[5], ARGV[4])
 end
 -- The time floor keeps the counter above every earlier fence when this
 -- primary lost its data (restarted empty or from an old snapshot). It is

@@ -67,16 +67,14 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		// then no notice came, the lock may be free on a majority while
 		// the lead stays held (a minority's stale key): only a plain
 		// fan-out can tell, and it passes nobody queued.
-		ordered := attempt > 0 || b.rivalsOn(req.Name)
-		if timedOut && leadHeld {
-			ordered = false
+		mode := plain
+		if (attempt > 0 || b.rivalsOn(req.Name)) && !(timedOut && leadHeld) {
+			mode = ordered
 		}
-		l, sent, err := b.try(ctx, req, t.id, ordered)
+		l, sent, err := b.try(ctx, req, t.id, mode)
 		queued = true
 		if err == nil {
-			if l.at.state(lead) == stateGranted {
-				queued = false // the lead's grant took t.id out of its queue
-			}
+			queued = false // the release takes t.id out of the lead's queue
 			b.granted(req.Name, t, attempt > 0)
 			return l, sent, nil
 		}

@@ -162,7 +162,8 @@
 //   - Release channel K "\xff:released": Release PUBLISHes K on it.
 //   - On the lead primary (the first one given) only, the queue of blocked
 //     Acquires: K "\xff:queue", a sorted set of waiter ids scored by
-//     arrival (server ms), and K "\xff:queue:deadlines", a hash of each
+//     arrival order (0: the waiter the lead granted), and K
+//     "\xff:queue:deadlines", a hash of each
 //     waiter's deadline; both expire 500 ms after the last waiter's last
 //     attempt (see # Waiting).
 //
@@ -198,16 +199,22 @@
 // goes round the waiting Clients in arrival order. This only orders the
 // requests: a grant still needs a majority within the validity, and the
 // fence and every other guarantee are as above. When the lead fails, or
-// has not answered within min(10 ms, validity/4), the other primaries are
-// asked at once and the lead's reply counts like theirs. A waiter keeps its
-// place for 500 ms after each attempt (every live waiter retries well
-// within that) and takes it out when it gives up; a waiter that died holds
-// the queue up for at most 500 ms. The first attempt of a blocked Acquire
-// is a plain fan-out, as TryAcquire is (so an uncontended Acquire costs
-// one round trip), unless this Client's previous Acquire of the lock had to
-// wait; and the first waiter in line makes a plain attempt after a wait
-// that saw no notice, in case the lead alone keeps a stale key while a
-// majority is free. TryAcquire ignores the queue.
+// has not answered within min(25 ms, validity/4), the other primaries are
+// asked at once and the lead's reply counts like theirs.
+//
+// A waiter the lead granted keeps the head of the queue (nobody passes it
+// if its attempt then fails elsewhere) until its lease's release takes it
+// out, in the script that deletes the lock key there. A waiter keeps its
+// place for 500 ms after each of its attempts or its grant (every live
+// waiter asks again well within that: each wait is bounded by 100 ms);
+// one that gives up takes it out, and one that died holds the queue up
+// for at most 500 ms. The first attempt of a blocked Acquire is a plain
+// fan-out, as TryAcquire is (so an uncontended Acquire costs one round
+// trip; the lead still queues it if the lock is held there), unless this
+// Client's previous Acquire of the lock had to wait; and the first waiter
+// in line makes a plain attempt after a wait that saw no notice, in case
+// the lead alone keeps a stale key while a majority is free. TryAcquire
+// ignores the queue.
 //
 // The blocked Acquires of one Client on one lock queue up locally in
 // arrival order, and only the first makes attempts, so each Client puts

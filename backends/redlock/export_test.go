@@ -21,3 +21,7 @@ func Idle(c *fencelock.Client) {
 
 // QueueKey is the lead primary's queue of blocked Acquires on lock.
 func QueueKey(lock string) string { return keysFor(lock).queue }
+
+// QueueDeadlinesKey is the hash of the queued Acquires' deadlines on the
+// lead primary.
+func QueueDeadlinesKey(lock string) string { return keysFor(lock).queueDL }

@@ -216,7 +216,7 @@ func drift(ttl time.Duration) time.Duration {
 // releases and voids its token on every primary that granted or did not
 // answer before it returns (see abandon).
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
-	l, _, err := b.try(ctx, req, "", false)
+	l, _, err := b.try(ctx, req, "", plain)
 	return l, err
 }
 
@@ -237,15 +237,24 @@ var errBehind = errors.New("queues earlier waiters (a blocked Acquire's retry as
 // the lock is held there.
 var errLeadHeld = errors.New("holds the lock for another owner (a blocked Acquire's retry asks it first)")
 
+// attemptMode is how an acquire attempt asks the primaries (see try).
+type attemptMode int
+
+const (
+	plain   attemptMode = iota // all at once; the lead's queue is not consulted
+	ordered                    // the lead first, the others once it granted
+)
+
 // maxLeadWait bounds how long an ordered attempt waits for the lead
 // primary's answer before it asks the others anyway (see try).
-const maxLeadWait = 10 * time.Millisecond
+const maxLeadWait = 25 * time.Millisecond
 
 // try is TryAcquire; it also returns when the attempt started.
 //
 // waiter identifies a blocked Acquire ("" for TryAcquire): the lead
-// primary queues it when the lock is held there, and takes it out of the
-// queue when it grants it (see acquire.lua).
+// primary queues it when the lock is held there, and keeps it at the head
+// of the queue once it granted it, until the lease's release (see
+// acquire.lua and release.lua).
 //
 // An ordered attempt (a blocked Acquire's retry; see the package doc's
 // # Waiting) asks the lead primary first and the others only once the
@@ -258,7 +267,7 @@ const maxLeadWait = 10 * time.Millisecond
 // attempt. When the lead fails, or has not answered within
 // min(maxLeadWait, validity/4), the others are asked at once and the lead's
 // reply, when it comes, counts like theirs.
-func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter string, ordered bool) (_ *lease, start time.Time, err error) {
+func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter string, mode attemptMode) (_ *lease, start time.Time, err error) {
 	if !utf8.ValidString(req.Name) {
 		return nil, start, fmt.Errorf("%w: lock key %q is not valid UTF-8 (check Options.Prefix): redlock keeps its companion keys among the invalid-UTF-8 keys", driver.ErrInvalid, req.Name)
 	}
@@ -281,11 +290,11 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter str
 	// answerWait counts as unavailable.
 	callDeadline := start.Add(max(validity, answerWait))
 	leadKeys := append(slices.Clip(lockKeys), k.queue, k.queueDL)
-	mode := "0"
-	if ordered {
-		mode = "1"
+	queueMode := "1"
+	if mode == plain {
+		queueMode = "0"
 	}
-	leadArgs := append(slices.Clip(args), waiter, queueKeep.Milliseconds(), mode)
+	leadArgs := append(slices.Clip(args), waiter, queueKeep.Milliseconds(), queueMode)
 	call := func(ctx context.Context, i int) (int64, int64, error) {
 		ks, as := lockKeys, args
 		if i == lead && waiter != "" {
@@ -312,7 +321,7 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter str
 		return 0, 0, err
 	}
 	replies := make(chan reply, n)
-	if ordered {
+	if mode == ordered {
 		// Until the others are asked, they are known not to hold our
 		// token: an abandon skips them.
 		rest := make([]int, 0, n-1)
@@ -328,10 +337,11 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter str
 		case r := <-replies:
 			wait.Stop()
 			if r.err == nil && r.a == 0 {
+				why := errLeadHeld
 				if r.b == -4 {
-					return nil, start, fmt.Errorf("%w: the lead primary %s %w", driver.ErrNotAcquired, b.nodes[lead].addr, errBehind)
+					why = errBehind
 				}
-				return nil, start, fmt.Errorf("%w: the lead primary %s %w", driver.ErrNotAcquired, b.nodes[lead].addr, errLeadHeld)
+				return nil, start, fmt.Errorf("%w: the lead primary %s %w", driver.ErrNotAcquired, b.nodes[lead].addr, why)
 			}
 			replies <- r // granted, or failed: counted with the others' replies below
 		case <-wait.C: // the lead is slow: ask the others without waiting for it
@@ -439,7 +449,7 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter str
 		return nil, start, b.abandon(req, k, at, fmt.Errorf("%w: redlock acquire: a majority granted only after %v, past the validity of the %v TTL (TTL − %g×TTL − %v): if this persists, raise the TTL or check the primaries' latency",
 			driver.ErrNotAcquired, el.Round(time.Microsecond), req.TTL, DriftFactor, DriftMin))
 	}
-	return &lease{b: b, k: k, token: req.Token, fence: uint64(fence), at: at, epoch: b.epoch.Load()}, start, nil
+	return &lease{b: b, k: k, token: req.Token, fence: uint64(fence), at: at, epoch: b.epoch.Load(), waiter: waiter}, start, nil
 }
 
 // fenceOf picks the fence from the grants: the q-th smallest counter
