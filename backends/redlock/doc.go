@@ -163,9 +163,9 @@
 //   - On the lead primary (the first one given) only, the queue of blocked
 //     Acquires: K "\xff:queue", a sorted set of waiter ids scored by
 //     arrival order (0: the waiter the lead granted), and K
-//     "\xff:queue:deadlines", a hash of each
-//     waiter's deadline; both expire 500 ms after the last waiter's last
-//     attempt (see # Waiting).
+//     "\xff:queue:deadlines", a hash of each waiter's deadline (server
+//     ms); both expire 500 ms after the last waiter's last attempt (see
+//     # Waiting).
 //
 // 0xFF never occurs in UTF-8, and lock keys must be valid UTF-8, so no
 // lock key can be another lock's fence, void key or channel.
