@@ -6,15 +6,14 @@
 -- truncated to the millisecond, in microseconds), stored back;
 -- {0, PTTL of the holder} when held (-1: the key has no expiry);
 -- {0, -3} when this attempt was abandoned (see release.lua).
--- With KEYS[4] and KEYS[5] (the lead primary, a blocked Acquire's retry):
+-- With KEYS[4] and KEYS[5] (on the lead primary, for a blocked Acquire):
 -- the waiters' queue, a sorted set of waiter ids scored by arrival order,
 -- and a hash of each waiter's deadline (ms); ARGV[3] the waiter id,
 -- ARGV[4] how long (ms) an entry outlives its waiter's last attempt,
 -- ARGV[5] '1' for an ordered attempt, '0' for a plain one. In an ordered
 -- attempt, waiters past their deadline are dropped from the head, and a
 -- waiter behind others is refused and queued (kept in place if it was
--- already) with {0, -4}.
--- The first in line, a waiter that finds nobody
+-- already) with {0, -4}. The first in line, a waiter that finds nobody
 -- queued, and a plain attempt try the lock, and the waiter is queued if it
 -- is held. A waiter granted in an ordered attempt, or already queued, is
 -- put at the head (score 0: the holder) and stays there, so that nobody
