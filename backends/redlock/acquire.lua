@@ -6,9 +6,54 @@
 -- truncated to the millisecond, in microseconds), stored back;
 -- {0, PTTL of the holder} when held (-1: the key has no expiry);
 -- {0, -3} when this attempt was abandoned (see release.lua).
+-- With KEYS[4] and KEYS[5] (on the lead primary, for a blocked Acquire):
+-- the waiters' queue, a sorted set of waiter ids scored by arrival order,
+-- and a hash of each waiter's deadline (ms); ARGV[3] the waiter id,
+-- ARGV[4] how long (ms) an entry outlives its waiter's last attempt,
+-- ARGV[5] '1' for an ordered attempt, '0' for a plain one. In an ordered
+-- attempt, waiters past their deadline are dropped from the head, and a
+-- waiter behind others is refused and queued (kept in place if it was
+-- already) with {0, -4}. The first in line, a waiter that finds nobody
+-- queued, and a plain attempt try the lock, and the waiter is queued if it
+-- is held. A waiter granted in an ordered attempt, or already queued, is
+-- put at the head (score 0: the holder) and stays there, so that nobody
+-- passes it while it holds the lock, nor if its attempt fails elsewhere,
+-- until its release takes it out (release.lua).
 local v = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
 if v[3] then
   return {0, -3}
+end
+local function enqueue(now)
+  -- Scored by arrival: one more than the last in line (ms could tie).
+  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  local seq = 1
+  if last[2] then
+    seq = tonumber(last[2]) + 1
+  end
+  redis.call('ZADD', KEYS[4], 'NX', seq, ARGV[3])
+  redis.call('HSET', KEYS[5], ARGV[3], now + tonumber(ARGV[4]))
+  redis.call('PEXPIRE', KEYS[4], ARGV[4])
+  redis.call('PEXPIRE', KEYS[5], ARGV[4])
+end
+local queued = #KEYS == 5
+local now = 0
+if queued then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+if queued and ARGV[5] == '1' then
+  while true do
+    local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+    if not head or head == ARGV[3] then
+      break
+    end
+    if tonumber(redis.call('HGET', KEYS[5], head) or '0') >= now then
+      enqueue(now)
+      return {0, -4}
+    end
+    redis.call('ZREM', KEYS[4], head)
+    redis.call('HDEL', KEYS[5], head)
+  end
 end
 local stored = 0
 if v[2] then
@@ -22,7 +67,16 @@ if v[1] == ARGV[1] then
   return {1, stored}
 end
 if v[1] or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if queued then
+    enqueue(now)
+  end
   return {0, redis.call('PTTL', KEYS[1])}
+end
+if queued and (ARGV[5] == '1' or redis.call('ZSCORE', KEYS[4], ARGV[3])) then
+  redis.call('ZADD', KEYS[4], 0, ARGV[3])
+  redis.call('HSET', KEYS[5], ARGV[3], now + tonumber(ARGV[4]))
+  redis.call('PEXPIRE', KEYS[4], ARGV[4])
+  redis.call('PEXPIRE', KEYS[5], ARGV[4])
 end
 -- The time floor keeps the counter above every earlier fence when this
 -- primary lost its data (restarted empty or from an old snapshot). It is

@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/fencelock/fencelock/driver"
 )
 
@@ -23,7 +25,8 @@ var _ driver.Blocker = (*backend)(nil)
 // release is contended by one waiter per Client instead of all of them,
 // which keeps the primaries' votes from splitting (see the package doc's
 // # Waiting) and bounds how long a waiter can be passed over. Between
-// Clients there is no order (Capabilities.FIFO is false).
+// Clients, the lead primary's queue orders the waiters (see try and the
+// package doc's # Waiting; Capabilities.FIFO is false all the same).
 //
 // The first waiter retries after a release notice (Wait), bounded by a
 // jittered backoff from 2ms doubling to 100ms (fencelock's default; this
@@ -43,18 +46,42 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	case <-b.ctx.Done():
 		return nil, time.Time{}, errClosed
 	}
+	timedOut := false // the last wait ended by its backoff, without a notice
+	leadHeld := false // the last attempt was refused by the lead, first in its queue, for the lock held there
+	queued := false   // the lead may queue t.id
+	defer func() {
+		if queued {
+			b.dequeue(req.Name, t.id)
+		}
+	}()
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			req.Token = newToken()
 		}
-		l, sent, err := b.try(ctx, req)
+		// A retry asks the lead primary first (see try), and so does the
+		// first attempt when this Client's last Acquire of the lock had to
+		// wait: other Clients probably wait too, and a plain fan-out
+		// would split the votes with them and jump the lead's queue. Else
+		// the first attempt fans out at once, as TryAcquire does. When the
+		// lead refused the first in its queue (the lock is held there) and
+		// then no notice came, the lock may be free on a majority while
+		// the lead stays held (a minority's stale key): only a plain
+		// fan-out can tell, and it passes nobody queued.
+		mode := plain
+		if (attempt > 0 || b.rivalsOn(req.Name)) && !(timedOut && leadHeld) {
+			mode = ordered
+		}
+		l, sent, err := b.try(ctx, req, t.id, mode)
+		queued = true
 		if err == nil {
-			b.granted(req.Name, t)
+			queued = false // the release takes t.id out of the lead's queue
+			b.granted(req.Name, t, attempt > 0)
 			return l, sent, nil
 		}
 		if !errors.Is(err, driver.ErrNotAcquired) {
 			return nil, time.Time{}, err
 		}
+		leadHeld = errors.Is(err, errLeadHeld)
 		if ctx.Err() != nil {
 			return nil, time.Time{}, ctxErr(ctx, "acquire", "waiting for the lock")
 		}
@@ -67,6 +94,7 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		case errors.Is(werr, driver.ErrClosed):
 			return nil, time.Time{}, errClosed
 		}
+		timedOut = werr != nil && wctx.Err() != nil
 	}
 }
 
@@ -93,6 +121,7 @@ type ticket struct {
 	turn   chan struct{} // closed when it is first in line
 	kick   chan struct{} // cap 1: a lease of this Client on the lock was just released
 	kicked bool          // a kick was sent to it (under b.mu)
+	id     string        // its place in the lead primary's queue (see try)
 }
 
 // maxStreak is how many hand-offs in a row a Client may make to its own
@@ -125,13 +154,31 @@ func (b *backend) handOff(name string) {
 	}
 }
 
-// granted ends a streak of local hand-offs when t got the lock without one.
-func (b *backend) granted(name string, t *ticket) {
+// granted ends a streak of local hand-offs when t got the lock without one,
+// and records whether it had to wait (see rivalsOn).
+func (b *backend) granted(name string, t *ticket, waited bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !t.kicked {
 		delete(b.streaks, name)
 	}
+	switch {
+	case !waited:
+		delete(b.rivals, name)
+	case len(b.rivals) >= maxSnaps:
+		clear(b.rivals) // names contended once and never again: forget them
+		fallthrough
+	default:
+		b.rivals[name] = true
+	}
+}
+
+// rivalsOn reports whether this Client's last blocked Acquire of name had
+// to wait for other holders.
+func (b *backend) rivalsOn(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rivals[name]
 }
 
 // join appends a ticket to name's local queue; the first in line gets
@@ -142,7 +189,7 @@ func (b *backend) join(name string) (*ticket, error) {
 	if b.closed {
 		return nil, errClosed
 	}
-	t := &ticket{turn: make(chan struct{}), kick: make(chan struct{}, 1)}
+	t := &ticket{turn: make(chan struct{}), kick: make(chan struct{}, 1), id: newToken()}
 	q := b.queues[name]
 	if len(q) == 0 {
 		close(t.turn)
@@ -172,4 +219,19 @@ func (b *backend) leave(name string, t *ticket) {
 	} else {
 		b.queues[name] = q
 	}
+}
+
+// dequeue takes the blocked Acquire id out of the lead primary's queue of
+// name, in the background: a place left there would hold the other
+// waiters up until queueKeep after its last attempt.
+func (b *backend) dequeue(name, id string) {
+	k := keysFor(name)
+	b.fan(time.Now().Add(cleanupTimeout), []int{lead}, func(ctx context.Context, i int) (int64, int64, error) {
+		_, err := b.nodes[i].c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			p.ZRem(ctx, k.queue, id)
+			p.HDel(ctx, k.queueDL, id)
+			return nil
+		})
+		return 0, 0, err
+	})
 }

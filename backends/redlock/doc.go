@@ -160,6 +160,12 @@
 //   - Void key K "\xff:void:" token, only for an abandoned attempt whose
 //     acquire reply never came; it expires after 5 minutes.
 //   - Release channel K "\xff:released": Release PUBLISHes K on it.
+//   - On the lead primary (the first one given) only, the queue of blocked
+//     Acquires: K "\xff:queue", a sorted set of waiter ids scored by
+//     arrival order (0: the waiter the lead granted), and K
+//     "\xff:queue:deadlines", a hash of each waiter's deadline (server
+//     ms); both expire 500 ms after the last waiter's last attempt (see
+//     # Waiting).
 //
 // 0xFF never occurs in UTF-8, and lock keys must be valid UTF-8, so no
 // lock key can be another lock's fence, void key or channel.
@@ -178,16 +184,48 @@
 // confirmed one). Expiry publishes nothing, nor does redsync: a waiter
 // also wakes when enough of the holder's keys run out (by their PTTLs) to
 // free a majority, and a jittered backoff (2 ms doubling to 100 ms,
-// fencelock's default; Options.Backoff is not used) bounds every wait. A dead or frozen primary is not needed to wait.
+// fencelock's default; Options.Backoff is not used) bounds every wait. A
+// dead or frozen primary is not needed to wait.
+//
+// Blocked Acquires of different Clients queue on the lead primary (the
+// first one given to New or in the URL), in the order they first found
+// the lock held there. A blocked Acquire's retry is ordered: it asks the
+// lead first, and the lead grants only the first waiter in its queue
+// (waiters behind it are refused at once, holding nothing); only once the
+// lead granted does the waiter ask the other primaries. So the waiters
+// woken by a release do not split the primaries' votes (each taking a few,
+// none a majority, all abandoning and backing off, which is what makes
+// plain Redlock crawl and starve waiters under contention), and the lock
+// goes round the waiting Clients in arrival order. This only orders the
+// requests: a grant still needs a majority within the validity, and the
+// fence and every other guarantee are as above. When the lead fails, or
+// has not answered within min(25 ms, validity/4), the other primaries are
+// asked at once and the lead's reply counts like theirs.
+//
+// A waiter the lead granted keeps the head of the queue (nobody passes it
+// if its attempt then fails elsewhere) until its lease's release takes it
+// out, in the script that deletes the lock key there. A waiter keeps its
+// place for 500 ms after each of its attempts or its grant (every live
+// waiter asks again well within that: each wait is bounded by 100 ms);
+// one that gives up takes it out, and one that died holds the queue up
+// for at most 500 ms. The first attempt of a blocked Acquire is a plain
+// fan-out, as TryAcquire is (so an uncontended Acquire costs one round
+// trip; the lead still queues it if the lock is held there), unless this
+// Client's previous Acquire of the lock had to wait; and the first waiter
+// in line makes a plain attempt after a wait that saw no notice, in case
+// the lead alone keeps a stale key while a majority is free. TryAcquire
+// ignores the queue.
 //
 // The blocked Acquires of one Client on one lock queue up locally in
 // arrival order, and only the first makes attempts, so each Client puts
 // one contender per lock on the primaries. When a lease of the Client is
 // released and another of its Acquires waits, that one is told at once
-// and retries about a round trip ahead of other Clients' waiters (a local
-// hand-off, as cheap as an uncontended acquire); after 3 such hand-offs in
-// a row the next one races the other Clients on the notices, so none
-// starves. Between Clients there is no order (FIFO is false).
+// rather than through the notices (a local hand-off); its attempt is
+// ordered or plain by the rules above, so it does not pass other Clients'
+// waiters queued on the lead. After 3 such hand-offs in a row the next
+// one waits for the notices like the others. Capabilities.FIFO stays
+// false: the order is kept only while the lead primary answers, and
+// TryAcquire and an Acquire's first, plain attempt are not queued.
 //
 // # Timeouts
 //

@@ -18,3 +18,10 @@ func Idle(c *fencelock.Client) {
 	}
 	b.bg.Wait()
 }
+
+// QueueKey is the lead primary's queue of blocked Acquires on lock.
+func QueueKey(lock string) string { return keysFor(lock).queue }
+
+// QueueDeadlinesKey is the hash of the queued Acquires' deadlines on the
+// lead primary.
+func QueueDeadlinesKey(lock string) string { return keysFor(lock).queueDL }

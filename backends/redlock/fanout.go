@@ -25,11 +25,18 @@ type reply struct {
 // deadline.
 func (b *backend) fan(deadline time.Time, idx []int, call func(ctx context.Context, i int) (int64, int64, error)) <-chan reply {
 	ch := make(chan reply, len(idx))
+	b.fanInto(ch, deadline, idx, call)
+	return ch
+}
+
+// fanInto is fan sending the replies to ch, which must have room for them
+// (an acquire fans out in two steps to one channel: see try).
+func (b *backend) fanInto(ch chan<- reply, deadline time.Time, idx []int, call func(ctx context.Context, i int) (int64, int64, error)) {
 	if !b.goAdd(len(idx)) {
 		for _, i := range idx {
 			ch <- reply{i: i, err: errClosed}
 		}
-		return ch
+		return
 	}
 	ctx, cancel := context.WithDeadline(b.ctx, deadline)
 	var left atomic.Int32
@@ -50,7 +57,6 @@ func (b *backend) fan(deadline time.Time, idx []int, call func(ctx context.Conte
 	if len(idx) == 0 {
 		cancel()
 	}
-	return ch
 }
 
 // goAdd counts n background calls, unless the backend is closed.

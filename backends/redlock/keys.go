@@ -11,11 +11,13 @@ type keys struct {
 	lock    string // the lock key: the (prefixed) name exactly as given
 	fence   string // this primary's fence counter; no TTL, never deleted
 	channel string // the pub/sub channel Release publishes to
+	queue   string // on the lead primary: blocked Acquires in arrival order (sorted set)
+	queueDL string // on the lead primary: each queued Acquire's deadline (hash)
 }
 
 // void is the key that marks an abandoned acquire attempt's token.
 func (k keys) void(token string) string { return k.lock + sep + "void:" + token }
 
 func keysFor(lock string) keys {
-	return keys{lock: lock, fence: lock + sep + "fence", channel: lock + sep + "released"}
+	return keys{lock: lock, fence: lock + sep + "fence", channel: lock + sep + "released", queue: lock + sep + "queue", queueDL: lock + sep + "queue:deadlines"}
 }

@@ -17,6 +17,10 @@ type lease struct {
 	fence uint64
 	at    *attempt // what the acquire learnt about each primary
 	epoch uint64   // the backend's KillSessions epoch at grant
+
+	// waiter is the blocked Acquire's id in the lead primary's queue ("":
+	// TryAcquire); the release takes it out (see try).
+	waiter string
 }
 
 func (l *lease) Fence() uint64 { return l.fence }
@@ -106,7 +110,11 @@ func (l *lease) releaseOn(ctx context.Context, i int) (int64, int64, error) {
 	if l.at.uncertain(i) {
 		void = voidLifetime.Milliseconds()
 	}
-	v, err := releaseScript.Run(ctx, l.b.nodes[i].c, []string{l.k.lock, l.k.void(l.token)}, l.token, l.k.channel, void, l.k.lock).Int64()
+	ks, as := []string{l.k.lock, l.k.void(l.token)}, []any{l.token, l.k.channel, void, l.k.lock}
+	if i == lead && l.waiter != "" {
+		ks, as = append(ks, l.k.queue, l.k.queueDL), append(as, l.waiter)
+	}
+	v, err := releaseScript.Run(ctx, l.b.nodes[i].c, ks, as...).Int64()
 	return v, 0, err
 }
 
@@ -121,6 +129,9 @@ func (l *lease) Release(ctx context.Context) error {
 	}
 	n, q := len(l.b.nodes), l.b.quorum
 	idx, notOurs := l.targets()
+	if l.waiter != "" && !l.at.mayHold(lead) {
+		l.b.dequeue(l.k.lock, l.waiter) // granted without the lead, where it is queued
+	}
 	replies := l.b.fan(deadlineOf(ctx, cleanupTimeout), idx, l.releaseOn)
 	rel := 0
 	var errs []error

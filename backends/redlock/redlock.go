@@ -138,6 +138,7 @@ type backend struct {
 	gates   map[string]*gate      // lock key → this client's attempt in flight
 	queues  map[string][]*ticket  // lock key → this client's blocked Acquires, in order
 	streaks map[string]int        // lock key → local hand-offs in a row (see handOff)
+	rivals  map[string]bool       // lock key → this Client's last blocked Acquire of it had to wait (see Acquire)
 	snaps   map[string][]chanSnap // lock key → the hubs' view when the last attempt began (see Wait)
 	id      string                // this backend's notice message for its abandons (see hub.self)
 }
@@ -192,7 +193,7 @@ var (
 )
 
 func newBackend(clients []*goredis.Client, owns bool) *backend {
-	b := &backend{quorum: len(clients)/2 + 1, owns: owns, gates: map[string]*gate{}, queues: map[string][]*ticket{}, streaks: map[string]int{}, snaps: map[string][]chanSnap{}}
+	b := &backend{quorum: len(clients)/2 + 1, owns: owns, gates: map[string]*gate{}, queues: map[string][]*ticket{}, streaks: map[string]int{}, rivals: map[string]bool{}, snaps: map[string][]chanSnap{}}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.id = "fencelock-abandon:" + newToken()
 	for _, c := range clients {
@@ -215,12 +216,58 @@ func drift(ttl time.Duration) time.Duration {
 // releases and voids its token on every primary that granted or did not
 // answer before it returns (see abandon).
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
-	l, _, err := b.try(ctx, req)
+	l, _, err := b.try(ctx, req, "", plain)
 	return l, err
 }
 
+// lead is the primary a blocked Acquire's retry asks first (see try).
+const lead = 0
+
+// queueKeep is how long the lead primary keeps a queued Acquire's place
+// after its last attempt (see acquire.lua): an Acquire that ended without
+// taking its place out (its process died) holds up the queue that long. A
+// live waiter retries well within it (every wait is bounded by 100ms).
+const queueKeep = 500 * time.Millisecond
+
+// errBehind is an ordered attempt's refusal by the lead primary because
+// earlier waiters are queued there.
+var errBehind = errors.New("queues earlier waiters (a blocked Acquire's retry asks it first)")
+
+// errLeadHeld is an ordered attempt's refusal by the lead primary because
+// the lock is held there.
+var errLeadHeld = errors.New("holds the lock for another owner (a blocked Acquire's retry asks it first)")
+
+// attemptMode is how an acquire attempt asks the primaries (see try).
+type attemptMode int
+
+const (
+	plain   attemptMode = iota // all at once; the lead's queue is not consulted
+	ordered                    // the lead first, the others once it granted
+)
+
+// maxLeadWait bounds how long an ordered attempt waits for the lead
+// primary's answer before it asks the others anyway (see try).
+const maxLeadWait = 25 * time.Millisecond
+
 // try is TryAcquire; it also returns when the attempt started.
-func (b *backend) try(ctx context.Context, req driver.AcquireRequest) (_ *lease, start time.Time, err error) {
+//
+// waiter identifies a blocked Acquire ("" for TryAcquire): the lead
+// primary queues it when the lock is held there, and keeps it at the head
+// of the queue once it granted it, until the lease's release (see
+// acquire.lua and release.lua).
+//
+// An ordered attempt (a blocked Acquire's retry; see the package doc's
+// # Waiting) asks the lead primary first and the others only once the
+// lead granted. The lead grants only the first waiter in its queue
+// (acquire.lua), so the waiters that race
+// for a lock just released do not split the primaries' votes: only the
+// one the lead granted goes on to ask the others, and the rest are refused
+// after one round trip, holding nothing. This only orders the requests:
+// the grant still needs a majority within the validity, as for any
+// attempt. When the lead fails, or has not answered within
+// min(maxLeadWait, validity/4), the others are asked at once and the lead's
+// reply, when it comes, counts like theirs.
+func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter string, mode attemptMode) (_ *lease, start time.Time, err error) {
 	if !utf8.ValidString(req.Name) {
 		return nil, start, fmt.Errorf("%w: lock key %q is not valid UTF-8 (check Options.Prefix): redlock keeps its companion keys among the invalid-UTF-8 keys", driver.ErrInvalid, req.Name)
 	}
@@ -242,8 +289,18 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest) (_ *lease,
 	// caller may retry), while a primary that does not answer within
 	// answerWait counts as unavailable.
 	callDeadline := start.Add(max(validity, answerWait))
-	replies := b.fan(callDeadline, all(n), func(ctx context.Context, i int) (int64, int64, error) {
-		res, err := acquireScript.Run(ctx, b.nodes[i].c, lockKeys, args...).Int64Slice()
+	leadKeys := append(slices.Clip(lockKeys), k.queue, k.queueDL)
+	queueMode := "1"
+	if mode == plain {
+		queueMode = "0"
+	}
+	leadArgs := append(slices.Clip(args), waiter, queueKeep.Milliseconds(), queueMode)
+	call := func(ctx context.Context, i int) (int64, int64, error) {
+		ks, as := lockKeys, args
+		if i == lead && waiter != "" {
+			ks, as = leadKeys, leadArgs
+		}
+		res, err := acquireScript.Run(ctx, b.nodes[i].c, ks, as...).Int64Slice()
 		if err == nil && len(res) != 2 {
 			err = fmt.Errorf("acquire script returned %v, want {granted, value}", res)
 		}
@@ -262,7 +319,43 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest) (_ *lease,
 			at.states[i].Store(stateUnknown)
 		}
 		return 0, 0, err
-	})
+	}
+	replies := make(chan reply, n)
+	if mode == ordered {
+		// Until the others are asked, they are known not to hold our
+		// token: an abandon skips them.
+		rest := make([]int, 0, n-1)
+		for i := range n {
+			if i != lead {
+				rest = append(rest, i)
+				at.states[i].Store(stateNotSent)
+			}
+		}
+		b.fanInto(replies, callDeadline, []int{lead}, call)
+		wait := time.NewTimer(min(maxLeadWait, validity/4))
+		select {
+		case r := <-replies:
+			wait.Stop()
+			if r.err == nil && r.a == 0 {
+				why := errLeadHeld
+				if r.b == -4 {
+					why = errBehind
+				}
+				return nil, start, fmt.Errorf("%w: the lead primary %s %w", driver.ErrNotAcquired, b.nodes[lead].addr, why)
+			}
+			replies <- r // granted, or failed: counted with the others' replies below
+		case <-wait.C: // the lead is slow: ask the others without waiting for it
+		case <-ctx.Done():
+			wait.Stop()
+			return nil, start, b.abandon(req, k, at, ctxErr(ctx, "acquire", "waiting for the lead primary"))
+		}
+		for _, i := range rest {
+			at.states[i].Store(statePending)
+		}
+		b.fanInto(replies, callDeadline, rest, call)
+	} else {
+		b.fanInto(replies, callDeadline, all(n), call)
+	}
 	var (
 		grants       []reply
 		held, failed int
@@ -356,7 +449,7 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest) (_ *lease,
 		return nil, start, b.abandon(req, k, at, fmt.Errorf("%w: redlock acquire: a majority granted only after %v, past the validity of the %v TTL (TTL − %g×TTL − %v): if this persists, raise the TTL or check the primaries' latency",
 			driver.ErrNotAcquired, el.Round(time.Microsecond), req.TTL, DriftFactor, DriftMin))
 	}
-	return &lease{b: b, k: k, token: req.Token, fence: uint64(fence), at: at, epoch: b.epoch.Load()}, start, nil
+	return &lease{b: b, k: k, token: req.Token, fence: uint64(fence), at: at, epoch: b.epoch.Load(), waiter: waiter}, start, nil
 }
 
 // fenceOf picks the fence from the grants: the q-th smallest counter
@@ -395,7 +488,7 @@ func refusal(n, q, held, failed int, pttl int64, errs []error) error {
 	switch pttl {
 	case -1:
 		why += "; a key has no expiry, so its holder is not a lease and never frees itself: delete it by hand if its owner is gone"
-	case -2, -3:
+	case -2, -3, -4:
 	default:
 		why += fmt.Sprintf("; the longest expires in %v unless renewed", time.Duration(pttl)*time.Millisecond)
 	}

@@ -6,9 +6,17 @@
 -- With a void lifetime (the acquire request to this primary may still be
 -- in flight: its reply never came) the token is first marked void, so that
 -- the acquire script, if it only runs now, grants nothing.
+-- With KEYS[3] and KEYS[4] (the lead primary, a lease of a blocked
+-- Acquire): the waiters' queue and its deadlines (see acquire.lua), from
+-- which ARGV[5], the lease's waiter id, is removed first: it kept its
+-- place at the head while it held the lock.
 -- Returns 1 when released, 0 when the lock did not hold our token.
 if ARGV[3] ~= '0' then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+end
+if #KEYS == 4 then
+  redis.call('ZREM', KEYS[3], ARGV[5])
+  redis.call('HDEL', KEYS[4], ARGV[5])
 end
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return 0
