@@ -19,10 +19,7 @@ func TestRefreshSentAfterCall(t *testing.T) {
 	cli, rc := countedClient(t, -1)
 	c := NewWithConfig(cli, nil, nil)
 	defer c.Close()
-	var b *backend
-	if !c.As(&b) {
-		t.Fatal("Client.As(**backend) = false")
-	}
+	b := backendOf(t, c)
 	cls, err := b.classFor(t.Context(), 2)
 	if err != nil {
 		t.Fatal(err)
@@ -133,4 +130,14 @@ func TestUnrenewedLockEndsDespiteSibling(t *testing.T) {
 	if err := sib.Err(); err != nil {
 		t.Fatalf("the renewed sibling ended: %v", err)
 	}
+}
+
+// backendOf is the etcd driver under c (Client.As).
+func backendOf(t *testing.T, c *fencelock.Client) *backend {
+	t.Helper()
+	var b *backend
+	if !c.As(&b) {
+		t.Fatal("Client.As(**backend) = false")
+	}
+	return b
 }

@@ -326,10 +326,7 @@ func TestHandoffSendsNoRequest(t *testing.T) {
 func TestWatchResumesAfterCompaction(t *testing.T) {
 	e := newInteropEnv(t)
 	c := e.client()
-	var b *backend
-	if !c.As(&b) {
-		t.Fatal("Client.As(**backend) = false")
-	}
+	b := backendOf(t, c)
 	for i := range 3 {
 		if _, err := e.raw.Put(e.ctx, e.keyPrefix+"filler", fmt.Sprint(i)); err != nil {
 			t.Fatal(err)
@@ -378,10 +375,7 @@ func TestWatchResumesAfterCompaction(t *testing.T) {
 // watchStarted reports whether c's shared watch runs.
 func watchStarted(t *testing.T, c *fencelock.Client) bool {
 	t.Helper()
-	var b *backend
-	if !c.As(&b) {
-		t.Fatal("Client.As(**backend) = false")
-	}
+	b := backendOf(t, c)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.watch.started
@@ -610,10 +604,7 @@ func TestQueuedHandoffSendsNoRequest(t *testing.T) {
 func TestLeaseRegisteredWhileWaiterWatchStarts(t *testing.T) {
 	e := newInteropEnv(t)
 	c := e.client()
-	var b *backend
-	if !c.As(&b) {
-		t.Fatal("Client.As(**backend) = false")
-	}
+	b := backendOf(t, c)
 	resp, err := e.raw.Put(e.ctx, e.keyPrefix+"filler", "")
 	if err != nil {
 		t.Fatal(err)
