@@ -17,5 +17,7 @@ if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
+--[[grant.lua]]
+
 hand_off(KEYS[1], KEYS[3], KEYS[4], ARGV[2], ARGV[4])
 return 1

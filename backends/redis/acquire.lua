@@ -1,12 +1,12 @@
 -- fencelock acquire: take the lock and issue a fence, atomically; for a
 -- blocked waiter, also take or keep a place in the lock's waiter queue.
--- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] void key of this token
--- KEYS[4] waiter queue   KEYS[5] liveness key of this token
--- (all in one hash slot)
+-- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] waiter queue
+-- (one hash slot; the token's void key <base>:void:<token> and liveness
+-- key <base>:wait:<token> are named here and share it)
 -- ARGV[1] owner token   ARGV[2] TTL in milliseconds
 -- ARGV[3] liveness in ms: 0 for TryAcquire (never queue), else a blocked
 --         waiter queues (or refreshes its place) when refused
--- ARGV[4] the keys' base (for other waiters' liveness keys)
+-- ARGV[4] the keys' base
 -- ARGV[5] a queued waiter's Client id, hex: its grant channel's suffix
 --         (see grant.lua's enqueue); '' for none
 -- Returns {fence, 0} when granted, {0, PTTL of the holder} when held
@@ -17,7 +17,28 @@
 -- One MGET reads everything first, so that the common paths cost few calls
 -- and a fence key of the wrong kind fails the script before it writes.
 -- (MGET reads a lock key that is not a string as nil; SET NX then refuses.)
-local v = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
+local void = ARGV[4] .. ':void:' .. ARGV[1]
+local v = redis.call('MGET', KEYS[1], KEYS[2], void)
+
+-- The common case first, before the shared functions below are even
+-- defined (each costs the server a closure per run): the lock is free, the
+-- token not void, nobody in line (the queue exists only while someone
+-- waits) and the fence key an integer. This is grant_fence inlined.
+if not v[1] and not v[3] and redis.call('EXISTS', KEYS[3]) == 0 then
+  local stored = tonumber(v[2] or 0)
+  if stored and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    local t = redis.call('TIME')
+    local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if fence <= stored then
+      fence = stored + 1
+    end
+    redis.call('SET', KEYS[2], string.format('%d', fence))
+    return {fence, 0}
+  end
+end
+
+--[[grant.lua]]
+
 if v[3] then
   return {0, -3}
 end
@@ -35,12 +56,12 @@ if v[1] == ARGV[1] then
 end
 local wait = -4
 if not v[1] then
-  local head = live_head(KEYS[4], ARGV[4])
+  local head = live_head(KEYS[3], ARGV[4])
   if not head or head == ARGV[1] then
     if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
       if head then
-        redis.call('ZREM', KEYS[4], ARGV[1])
-        redis.call('DEL', KEYS[5])
+        redis.call('ZREM', KEYS[3], ARGV[1])
+        redis.call('DEL', ARGV[4] .. ':wait:' .. ARGV[1])
       end
       return {grant_fence(KEYS[2], stored), 0}
     end
@@ -50,6 +71,6 @@ else
   wait = redis.call('PTTL', KEYS[1])
 end
 if ARGV[3] ~= '0' then
-  enqueue(KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[3], ARGV[5])
+  enqueue(KEYS[3], ARGV[4] .. ':wait:' .. ARGV[1], ARGV[1], ARGV[2], ARGV[3], ARGV[5])
 end
 return {0, wait}

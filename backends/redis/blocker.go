@@ -29,10 +29,10 @@ const recheck = time.Second
 // hand-off costs the holder's release call and one message, no waiter
 // round trip. The waiter sends an attempt again only to refresh its place
 // (every refresh(TTL)), when the holder's TTL runs out (expiry publishes
-// nothing), when a release notice is heard (a peer's, or one with nobody
-// in line), or when the subscription connection broke (a grant may have
-// been lost: the attempt then finds the lock held under its own token and
-// answers that grant).
+// nothing), when a release notice is heard (a peer's, or one from a
+// release that found only dead waiters in line), or when the subscription
+// connection broke (a grant may have been lost: the attempt then finds the
+// lock held under its own token and answers that grant).
 //
 // Every attempt uses req.Token. When the call ends without a grant (ctx
 // ended, the backend closed, an error), it leaves the queue and releases a

@@ -36,7 +36,8 @@
 //     is "{user:7}:jobs:fence". It holds the last fence as a decimal
 //     integer, has no TTL and is never deleted (release and expiry leave it;
 //     one small key per lock name ever used).
-//   - Release channel B:released: Release PUBLISHes K on it.
+//   - Release channel B:released: a release that found waiters' entries
+//     but none of them live PUBLISHes K on it (see Waiting).
 //   - Void key B:void:<token>, only after an acquire attempt whose reply was
 //     lost (see Operations); it expires after 5 minutes.
 //   - Waiter queue B:queue and liveness keys B:wait:<token>, only while
@@ -68,6 +69,8 @@
 //
 //   - Acquire: SET K token NX PX ttl; only if that succeeds, fence =
 //     max(stored + 1, server TIME in microseconds), stored back and returned.
+//     A free lock with nobody in line costs one MGET (lock, fence and void
+//     keys), EXISTS on the waiter queue, the SET, TIME and the fence's SET.
 //     A retried script whose first run was granted (its reply lost) answers
 //     the same grant.
 //   - Abandon: when the outcome of an attempt is unknown (ctx ended or the
@@ -138,8 +141,12 @@
 //     Client's grant channel, B:released:<client id> (32 hex digits, random
 //     per Client, stored with the waiter's TTL in its liveness key), which
 //     only that Client subscribes to: a grant wakes one Client, not every
-//     Client waiting on the lock. With nobody in line it PUBLISHes the lock
-//     key on the release channel (a release notice, heard by all).
+//     Client waiting on the lock. With nobody in line the release publishes
+//     nothing: a waiter is in line before it sleeps (its queued attempt ran
+//     before the release, or after it and found the lock free). When the
+//     line held only dead waiters' entries, it PUBLISHes the lock key on
+//     the release channel (a release notice, heard by all), so that a
+//     waiter whose liveness lapsed (it stalled) asks again at once.
 //   - The waiter holds when that message reaches it: a hand-off costs the
 //     holder's release call and one message, no waiter round trip, and its
 //     lease counts from its last refresh (sent before the grant). If it

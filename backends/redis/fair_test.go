@@ -111,10 +111,14 @@ func TestReleaseHandsOffInOrder(t *testing.T) {
 	if err := prev.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Nobody in line: a release notice on the release channel, and no
-	// message before it (the hand-offs published one message each).
-	if m, err := obs.ReceiveMessage(ctx); err != nil || m.Channel != redis.ReleaseChannel(n) || m.Payload != n {
-		t.Fatalf("last release published %v (%v), want the lock key on the release channel", m, err)
+	// Nobody in line: nobody to tell, so the release publishes nothing.
+	// A marker published after it must be the next message the observer
+	// gets (one server, one connection each: messages arrive in order).
+	if err := rc.Publish(ctx, redis.ReleaseChannel(n), "marker").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := obs.ReceiveMessage(ctx); err != nil || m.Channel != redis.ReleaseChannel(n) || m.Payload != "marker" {
+		t.Fatalf("last release (nobody in line) published %v (%v), want nothing", m, err)
 	}
 	if k := rc.Exists(ctx, n, redis.QueueKey(n)).Val(); k != 0 {
 		t.Fatalf("%d of the lock key and the queue remain after the last release, want none", k)

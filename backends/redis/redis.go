@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -27,11 +28,22 @@ var (
 	//go:embed grant.lua
 	grantLua string // the fence and waiter-queue functions the others share
 
-	acquireScript = goredis.NewScript(grantLua + acquireLua)
-	releaseScript = goredis.NewScript(grantLua + releaseLua)
+	acquireScript = goredis.NewScript(withGrant(acquireLua))
+	releaseScript = goredis.NewScript(withGrant(releaseLua))
 	extendScript  = goredis.NewScript(extendLua)
-	abandonScript = goredis.NewScript(grantLua + abandonLua)
+	abandonScript = goredis.NewScript(withGrant(abandonLua))
 )
+
+// withGrant puts grant.lua where script marks it, after its common path:
+// Lua defines a script's local functions each time it runs, so a path
+// that returns before them does not pay for them.
+func withGrant(script string) string {
+	const mark = "--[[grant.lua]]\n"
+	if !strings.Contains(script, mark) {
+		panic("redis: a script lacks its " + mark[:len(mark)-1] + " line")
+	}
+	return strings.Replace(script, mark, grantLua, 1)
+}
 
 // MinTTL is the shortest lease TTL the backend accepts. Redis itself keeps
 // millisecond expiries exactly (an expired key is gone to every command that
@@ -126,7 +138,7 @@ func (b *backend) attempt(ctx context.Context, k keys, req driver.AcquireRequest
 	if live > 0 {
 		cid = b.hub.id
 	}
-	res, err := acquireScript.Run(ctx, b.client, []string{k.lock, k.fence, k.void(req.Token), k.queue, k.wait(req.Token)},
+	res, err := acquireScript.Run(ctx, b.client, []string{k.lock, k.fence, k.queue},
 		req.Token, millis(req.TTL), millis(live), k.base, cid).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("acquire script returned %v, want {fence, pttl}", res)
@@ -280,8 +292,8 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // Release deletes the key only while it holds our token and, in the same
-// script, hands the lock to the first live waiter in line (or publishes a
-// release notice).
+// script, hands the lock to the first live waiter in line (see the package
+// doc, Waiting; with nobody in line it publishes nothing).
 func (l *lease) Release(ctx context.Context) error {
 	defer l.b.live.remove(l)
 	n, err := l.release(ctx)

@@ -7,5 +7,16 @@ if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
+-- Nobody in line (the queue exists only while someone waits): nobody to
+-- hand to or to tell. A Client that waits is in line before it sleeps: its
+-- queued attempt ran either before this script (it is in the queue) or
+-- after it (it found the lock free). So the common case publishes nothing
+-- and defines none of the shared functions below.
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  return 1
+end
+
+--[[grant.lua]]
+
 hand_off(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3])
 return 1
