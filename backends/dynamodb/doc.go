@@ -54,12 +54,13 @@
 //   - Acquire: ONE conditional UpdateItem: SET ownerName, a new
 //     recordVersionNumber, leaseDuration, fence = if_not_exists(fence,
 //     <client clock in µs>) + 1, REMOVE isReleased, on the condition
-//     (attribute_not_exists(key) OR isReleased = "1" [OR
-//     recordVersionNumber = <the version this Client watched unchanged for
-//     its lease duration>]) AND attribute_not_exists(waitQueue[0]) (nobody
-//     waits; the first waiter in line writes waitQueue[0] = <its entry>
-//     instead and removes that entry), with ReturnValues giving the new
-//     fence. A refused write is followed by one consistent GetItem that
+//     attribute_not_exists(key) OR isReleased = "1" AND
+//     attribute_not_exists(waitQueue[0]) [OR recordVersionNumber = <the
+//     version this Client watched unchanged for its lease duration> AND
+//     attribute_not_exists(waitQueue[0])]: the lock is free and nobody
+//     waits (the first waiter in line conditions on waitQueue[0] = <its
+//     entry> instead, and the write removes that entry). ReturnValues
+//     gives the new fence. A refused write is followed by one consistent GetItem that
 //     records what holds the lock and who waits (the observation, below).
 //   - Heartbeat (Extend): one UpdateItem conditional on our version and
 //     ownerName, writing a new version and leaseDuration.

@@ -200,7 +200,6 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, head strin
 func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched, head string) (driver.Lease, error) {
 	owner := b.cfg.Owner + "/" + req.Token
 	rvn := newRVN()
-	cond := "(attribute_not_exists(#k) OR #ir = :rel"
 	expr := "SET #on = :on, #rvn = :rvn, #ld = :ld, #f = if_not_exists(#f, :floor) + :one REMOVE #ir"
 	vals := map[string]types.AttributeValue{
 		":on":    str(owner),
@@ -210,16 +209,23 @@ func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched,
 		":floor": num(uint64(time.Now().UnixMicro())),
 		":one":   num(1),
 	}
-	if watched != "" {
-		cond += " OR #rvn = :w"
-		vals[":w"] = str(watched)
-	}
-	if head == "" {
-		cond += ") AND attribute_not_exists(#q[0])"
-	} else {
-		cond += ") AND #q[0] = :head"
+	// (released [OR watched]) AND nobody waits / head first in line,
+	// written without parentheses (dynalite parses those slowly): an item
+	// that does not exist has no queue.
+	cond := "attribute_not_exists(#k) OR #ir = :rel AND attribute_not_exists(#q[0])"
+	qcond := " AND attribute_not_exists(#q[0])"
+	if head != "" {
+		cond, qcond = "#ir = :rel AND #q[0] = :head", " AND #q[0] = :head"
 		expr += ", #q[0]"
 		vals[":head"] = str(head)
+	}
+	n := names("#on", "#rvn", "#ld", "#ir", "#f", "#q")
+	if head == "" {
+		n["#k"] = attrKey
+	}
+	if watched != "" {
+		cond += " OR #rvn = :w" + qcond
+		vals[":w"] = str(watched)
 	}
 	cctx, c := track(ctx)
 	out, err := b.api.UpdateItem(cctx, &ddb.UpdateItemInput{
@@ -227,7 +233,7 @@ func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched,
 		Key:                       keyOf(req.Name),
 		ConditionExpression:       &cond,
 		UpdateExpression:          &expr,
-		ExpressionAttributeNames:  names("#k", "#on", "#rvn", "#ld", "#ir", "#f", "#q"),
+		ExpressionAttributeNames:  n,
 		ExpressionAttributeValues: vals,
 		ReturnValues:              types.ReturnValueUpdatedNew,
 	}, withAttempts)
