@@ -129,6 +129,9 @@
 //     blocked Acquire drops them one write each without waiting between
 //     (TryAcquire drops at most one per call). A live waiter that stalled
 //     past its lapse finds its entry gone and joins again at the back.
+//     A dead waiter with a lapse longer than the holder's lease delays the
+//     takeover of an abandoned lock past Lease.StoreTTL, by up to the
+//     difference.
 //   - Leave: an Acquire that ends without the lock (ctx ended, Client
 //     closed, an error) removes its entry before it returns, on a
 //     detached context (read, then remove conditional on the entry at its
