@@ -42,6 +42,9 @@
 //   - data (B): optional, the AWS Lock Client's payload. fencelock never
 //     writes it and keeps it.
 //   - fence (N): fencelock's fencing token.
+//   - waitQueue (L of S): fencelock's blocked Acquires in arrival order
+//     (see Waiting), at most 16 entries "<token> <count> <lapse ms>", so
+//     the item stays under 1 KB; an empty list when nobody waits.
 //
 // fencelock never deletes an item: release marks it released, so the
 // fence stays with the name.
@@ -51,11 +54,14 @@
 //   - Acquire: ONE conditional UpdateItem: SET ownerName, a new
 //     recordVersionNumber, leaseDuration, fence = if_not_exists(fence,
 //     <client clock in µs>) + 1, REMOVE isReleased, on the condition
-//     attribute_not_exists(key) OR isReleased = "1" [OR
-//     recordVersionNumber = <the version this Client watched unchanged for
-//     its lease duration>], with ReturnValues giving the new fence. A
-//     refused write is followed by one consistent GetItem that records
-//     what holds the lock (the observation, below).
+//     attribute_not_exists(key) OR isReleased = "1" AND
+//     attribute_not_exists(waitQueue[0]) [OR recordVersionNumber = <the
+//     version this Client watched unchanged for its lease duration> AND
+//     attribute_not_exists(waitQueue[0])]: the lock is free and nobody
+//     waits (the first waiter in line conditions on waitQueue[0] = <its
+//     entry> instead, and the write removes that entry). ReturnValues
+//     gives the new fence. A refused write is followed by one consistent GetItem that
+//     records what holds the lock and who waits (the observation, below).
 //   - Heartbeat (Extend): one UpdateItem conditional on our version and
 //     ownerName, writing a new version and leaseDuration.
 //   - Release: one UpdateItem conditional on our version and ownerName,
@@ -63,7 +69,10 @@
 //     ErrLeaseLost: another holder's lock is never touched.
 //
 // Acquire and release are one conditional write each (a test counts the
-// requests).
+// requests). The waiters' writes (Waiting) touch waitQueue alone: they
+// never change ownerName, recordVersionNumber, isReleased or fence, so
+// they neither disturb the holder's conditions nor restart anyone's
+// observation of it.
 //
 // # Expiry by observation
 //
@@ -88,17 +97,65 @@
 // TryAcquire on the same Client (the memory is per Client, bounded to
 // 10,000 locks).
 //
-// # Waiting
+// # Waiting: a queue in the item
 //
-// A blocked Acquire (Capabilities.Wait is WaitPoll) reads the item every
-// Config.PollInterval at most (each wait is uniform between half the
-// interval and the interval; by default the interval is the held item's
-// lease duration / 20, between 10ms and 200ms) with a consistent GetItem, and
-// writes once the item is released, gone, or its watched version expired.
-// A released lock is thus taken within one poll interval plus the round
-// trips of a read and a write, never a lease later. Polls are reads, which
-// cost less than refused conditional writes. The portable Backoff is not
-// used. There is no queue (FIFO is false).
+// Blocked Acquires (driver.Blocker) wait in line in the item's waitQueue
+// and are served in the order they joined it:
+//
+//   - Join: an Acquire whose first write is refused reads the item and
+//     appends its entry with one conditional UpdateItem (list_append, only
+//     if the item exists, the queue has fewer than 16 entries and not this
+//     entry already). While the queue is full, later waiters poll and join
+//     when a place frees.
+//   - Take: only the first waiter in line takes the lock, when it is
+//     released, gone, or its version watched unchanged for its lease
+//     duration, with the acquire write conditional on waitQueue[0] being
+//     its entry, which the same write removes. Everyone else's acquire
+//     write (a later arrival, TryAcquire, the releaser coming back) is
+//     refused while anyone waits, even on a released lock: TryAcquire
+//     returns ErrNotAcquired saying that waiters queued first. So the
+//     releaser cannot re-grab, and a holder that crashed is taken over by
+//     the first waiter in line.
+//   - Refresh: a waiter rewrites its entry (a higher count) every third
+//     of its lapse time, with a write conditional on the entry at its
+//     index. The lapse time is the TTL the waiter asked for, at most 10s.
+//   - Lapse: an entry is watched like a lease: once a Client has seen the
+//     same entry unchanged for its lapse time since its first read of it
+//     (local monotonic time; no clocks compared), a blocked Acquire or a
+//     TryAcquire of that Client removes it with a write conditional on the
+//     entry at its index. A waiter that died thus holds the line up for
+//     at most its lapse time after the others first saw its entry (plus a
+//     poll). Dead waiters seen by the same read lapse together, and a
+//     blocked Acquire drops them one write each without waiting between
+//     (TryAcquire drops at most one per call). A live waiter that stalled
+//     past its lapse finds its entry gone and joins again at the back.
+//     A dead waiter with a lapse longer than the holder's lease delays the
+//     takeover of an abandoned lock past Lease.StoreTTL, by up to the
+//     difference.
+//   - Leave: an Acquire that ends without the lock (ctx ended, Client
+//     closed, an error) removes its entry before it returns, on a
+//     detached context (read, then remove conditional on the entry at its
+//     index; up to three tries). If that fails the entry lapses.
+//
+// Waiters read the item with a consistent GetItem: after a quarter of the
+// time since they last saw the lock change hands or themselves move up in
+// line, between 5ms and Config.PollInterval (by default the held item's
+// lease duration / 20, between 10ms and 200ms), times their place in line
+// (the first waits least), jittered down to half, and no later than the
+// watched version's expiry or their next refresh. A lock that changes
+// hands often is read often, a long-held one at most every
+// PollInterval; a released lock is taken within one such wait plus a read
+// and a write. Polls are reads, which cost less than refused conditional
+// writes. The portable Backoff is not used.
+//
+// Capabilities.FIFO is false: the order holds among the first 16 waiters,
+// for waiters that refresh in time, and on items no other client
+// rewrites. The AWS Lock Client ignores waitQueue (an attribute it does not
+// know): it takes a released or expired lock without regard to fencelock's
+// waiters, and its PutItem (acquire) and DeleteItem (release) wipe the
+// queue, after which the waiters find their entries gone and join again,
+// in the order their next reads come. Mixed fleets therefore get no
+// fairness from the queue, only mutual exclusion.
 //
 // # Fences
 //
@@ -126,8 +183,9 @@
 // They exclude each other both ways: the AWS Lock Client reads our items
 // as its own (our fence is one more attribute to it), waits a lease
 // duration on our version like on any other, takes our released items
-// (isReleased = "1"), and its heartbeat and release conditions never match
-// our versions. We read its items (ownerName, recordVersionNumber,
+// (isReleased = "1") even while fencelock waiters are queued (it ignores
+// waitQueue; see Waiting), and its heartbeat and release conditions never
+// match our versions. We read its items (ownerName, recordVersionNumber,
 // leaseDuration, isReleased) the same way; an item it deleted is free, one
 // it marked released is taken at once. cirello-io/dynamolock uses the
 // same attribute names but writes leaseDuration as a Go duration ("20s"):
@@ -136,8 +194,9 @@
 // writes was not verified, so test before sharing a table with it. A
 // foreign item with a missing or malformed attribute (no
 // recordVersionNumber, a leaseDuration that is neither milliseconds nor a
-// Go duration, an isReleased other than "1") is an error naming the
-// attribute: it is never taken over. Items with a sort key are
+// Go duration, an isReleased other than "1", a waitQueue that is not a
+// list of strings) is an error naming the attribute: it is never taken
+// over. Items with a sort key are
 // another table layout and are not supported (opening checks the schema).
 //
 // # Ambiguous outcomes
@@ -152,7 +211,10 @@
 // read settles it (the lease is ours if the item holds our version).
 // Heartbeats and releases of unknown outcome keep the version they may
 // have written as a candidate, so the next one is conditional on any of
-// them (recordVersionNumber IN (...)). One window remains: an acquire
+// them (recordVersionNumber IN (...)). A queue write of unknown outcome
+// (join, refresh, drop) ends the Acquire with its error, and the Acquire
+// leaves the queue before returning (an SDK retry of an applied join is
+// refused, as the entry is already in line). One window remains: an acquire
 // request delayed inside the network or a stalled server past its
 // cleanup may still be applied later; the lock is then held by nobody
 // until others have watched its version for a lease duration.

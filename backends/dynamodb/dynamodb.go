@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"sync/atomic"
 	"time"
@@ -33,13 +32,14 @@ type Config struct {
 	// ("<Owner>/<token>"), for operators reading the table.
 	// Default: the host name.
 	Owner string
-	// PollInterval is how often a blocked Acquire reads a held lock's item.
-	// A released lock is taken at the next poll, an expired one (its
-	// version unchanged for its lease duration) at the first poll after.
-	// It is the longest wait between two reads: each wait is uniform
-	// between half the interval and the interval (jitter), so a released
-	// lock is taken within PollInterval plus a read and a write. Default:
-	// the held item's lease duration / 20, between 10ms and 200ms.
+	// PollInterval is the longest wait between two reads of a blocked
+	// Acquire. Waiters read sooner while the lock changes hands or they
+	// move up in its queue (a quarter of the time since, from 5ms, times
+	// their place in line), jittered down to half; a released lock is
+	// taken by the first in line within one such wait plus a read and a
+	// write, an expired one (its version unchanged for its lease duration)
+	// at the first read after. Default: the held item's lease duration /
+	// 20, between 10ms and 200ms.
 	PollInterval time.Duration
 	// MixedFleet declares that clients other than fencelock (the AWS Lock
 	// Client with its defaults) use the table: they replace or delete items,
@@ -119,69 +119,45 @@ func newBackend(api API, cfg Config, closeFn func()) *backend {
 func (b *backend) Capabilities() driver.Capabilities { return b.caps }
 
 // state is what a read found: the lock is free (no item, or released), or
-// held under the observation in force.
+// held under the observation in force; and its wait queue.
 type state struct {
-	free bool
-	obs  observation
+	free   bool
+	obs    observation
+	queue  []string // waitQueue entries, first in line first
+	lapsed int      // index of the first entry this Client has watched unchanged for its lapse time, or -1
 }
 
-// takeable reports whether a write may take the lock at now.
-func (s state) takeable(now time.Time) bool { return s.free || s.obs.expired(now) }
+// lockTakeable reports whether the lock itself is free to take at now: no
+// holder, or one whose version this Client watched for a whole lease.
+func (s state) lockTakeable(now time.Time) bool { return s.free || s.obs.expired(now) }
+
+// takeable reports whether a write that is not from the first waiter in
+// line may take the lock at now: the lock is takeable and nobody waits.
+func (s state) takeable(now time.Time) bool { return s.lockTakeable(now) && len(s.queue) == 0 }
 
 // TryAcquire makes one conditional write: take the lock if it has no item,
-// is released, or is held under a version this Client has watched
-// unchanged for its whole lease duration. If the write is refused, one
-// consistent read records what holds the lock (for a later attempt), and
-// if the read finds the lock free or expired, one more write is made.
+// or is released, or is held under a version this Client has watched
+// unchanged for its whole lease duration, and nobody waits in its queue.
+// If the write is refused, one consistent read records what holds the
+// lock and who waits (for a later attempt). If the read finds an entry of
+// the queue lapsed (watched unchanged for its lapse time by this Client),
+// one write drops it; if the lock is then free or expired with nobody in
+// line, one more write takes it.
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
-	l, st, err := b.try(ctx, req)
-	if errors.Is(err, driver.ErrNotAcquired) && st.takeable(time.Now()) {
-		l, _, err = b.try(ctx, req)
+	l, st, err := b.try(ctx, req, "")
+	if !errors.Is(err, driver.ErrNotAcquired) {
+		return l, err
+	}
+	if st.lapsed >= 0 {
+		var derr error
+		if st, derr = b.dropEntry(ctx, req.Name, st.lapsed, st.queue[st.lapsed]); derr != nil {
+			return nil, derr
+		}
+	}
+	if st.takeable(time.Now()) {
+		l, _, err = b.try(ctx, req, "")
 	}
 	return l, err
-}
-
-// Acquire implements driver.Blocker: it reads the item with a consistent
-// GetItem at least every PollInterval (jittered), and writes when the lock
-// is free or the watched version has stayed unchanged for its lease
-// duration. A released lock is thus taken at most one poll interval plus
-// a read and a write after its release.
-func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
-	for {
-		sent := time.Now()
-		l, st, err := b.try(ctx, req)
-		if err == nil {
-			return l, sent, nil
-		}
-		if !errors.Is(err, driver.ErrNotAcquired) {
-			return nil, time.Time{}, err
-		}
-		for !st.takeable(time.Now()) {
-			d := b.pollDelay(st)
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, time.Time{}, context.Cause(ctx)
-			case <-t.C:
-			}
-			if st, err = b.read(ctx, req.Name); err != nil {
-				return nil, time.Time{}, err
-			}
-		}
-	}
-}
-
-// pollDelay is the wait before the next read of a held lock: uniform in
-// [interval/2, interval], but no later than when the watched version
-// expires.
-func (b *backend) pollDelay(st state) time.Duration {
-	d := b.pollInterval(st.obs.lease)
-	d = d/2 + rand.N(d/2+1)
-	if until := time.Until(st.obs.seen.Add(st.obs.lease)); until < d {
-		d = max(until, 0)
-	}
-	return d
 }
 
 // pollInterval is Config.PollInterval, or the default for a lease of the
@@ -193,32 +169,38 @@ func (b *backend) pollInterval(lease time.Duration) time.Duration {
 	return min(max(lease/20, 10*time.Millisecond), 200*time.Millisecond)
 }
 
-// try makes one conditional write and, if it is refused, one read.
-func (b *backend) try(ctx context.Context, req driver.AcquireRequest) (driver.Lease, state, error) {
+// try makes one conditional write and, if it is refused, one read. head
+// is the caller's entry when it is first in the wait queue, else "".
+func (b *backend) try(ctx context.Context, req driver.AcquireRequest, head string) (driver.Lease, state, error) {
 	watched := ""
 	if o, ok := b.mem.get(req.Name); ok && o.expired(time.Now()) {
 		watched = o.rvn
 	}
-	l, err := b.write(ctx, req, watched)
+	l, err := b.write(ctx, req, watched, head)
 	if err == nil || !errors.Is(err, driver.ErrNotAcquired) {
-		return l, state{}, err
+		return l, state{lapsed: -1}, err
 	}
 	st, rerr := b.read(ctx, req.Name)
 	if rerr != nil {
 		return nil, st, rerr
 	}
-	if st.free {
+	switch {
+	case st.lockTakeable(time.Now()) && len(st.queue) > 0:
+		return nil, st, fmt.Errorf("%w: %d blocked Acquires wait in its queue first", driver.ErrNotAcquired, len(st.queue))
+	case st.free:
 		return nil, st, fmt.Errorf("%w (the lock was freed meanwhile)", driver.ErrNotAcquired)
 	}
 	return nil, st, fmt.Errorf("%w: its record version has been watched unchanged for %v of its %v lease duration",
 		driver.ErrNotAcquired, time.Since(st.obs.seen).Round(time.Millisecond), st.obs.lease)
 }
 
-// write is the acquire: one conditional UpdateItem.
-func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched string) (driver.Lease, error) {
+// write is the acquire: one conditional UpdateItem. With head "" it
+// requires an empty wait queue; else it requires head first in the queue
+// and removes it.
+func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched, head string) (driver.Lease, error) {
 	owner := b.cfg.Owner + "/" + req.Token
 	rvn := newRVN()
-	cond := "attribute_not_exists(#k) OR #ir = :rel"
+	expr := "SET #on = :on, #rvn = :rvn, #ld = :ld, #f = if_not_exists(#f, :floor) + :one REMOVE #ir"
 	vals := map[string]types.AttributeValue{
 		":on":    str(owner),
 		":rvn":   str(rvn),
@@ -227,8 +209,22 @@ func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched 
 		":floor": num(uint64(time.Now().UnixMicro())),
 		":one":   num(1),
 	}
+	// (released [OR watched]) AND nobody waits / head first in line,
+	// written without parentheses (dynalite parses those slowly): an item
+	// that does not exist has no queue.
+	cond := "attribute_not_exists(#k) OR #ir = :rel AND attribute_not_exists(#q[0])"
+	qcond := " AND attribute_not_exists(#q[0])"
+	if head != "" {
+		cond, qcond = "#ir = :rel AND #q[0] = :head", " AND #q[0] = :head"
+		expr += ", #q[0]"
+		vals[":head"] = str(head)
+	}
+	n := names("#on", "#rvn", "#ld", "#ir", "#f", "#q")
+	if head == "" {
+		n["#k"] = attrKey
+	}
 	if watched != "" {
-		cond += " OR #rvn = :w"
+		cond += " OR #rvn = :w" + qcond
 		vals[":w"] = str(watched)
 	}
 	cctx, c := track(ctx)
@@ -236,8 +232,8 @@ func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched 
 		TableName:                 &b.cfg.Table,
 		Key:                       keyOf(req.Name),
 		ConditionExpression:       &cond,
-		UpdateExpression:          aws.String("SET #on = :on, #rvn = :rvn, #ld = :ld, #f = if_not_exists(#f, :floor) + :one REMOVE #ir"),
-		ExpressionAttributeNames:  names("#k", "#on", "#rvn", "#ld", "#ir", "#f"),
+		UpdateExpression:          &expr,
+		ExpressionAttributeNames:  n,
 		ExpressionAttributeValues: vals,
 		ReturnValues:              types.ReturnValueUpdatedNew,
 	}, withAttempts)
@@ -317,22 +313,36 @@ func (b *backend) cleanup(ctx context.Context, req driver.AcquireRequest, owner,
 func (b *backend) read(ctx context.Context, key string) (state, error) {
 	out, err := b.get(ctx, key)
 	if err != nil {
-		return state{}, classify(ctx, "read", b.cfg.Table, err)
+		return state{lapsed: -1}, classify(ctx, "read", b.cfg.Table, err)
 	}
-	t := time.Now()
-	if out.Item == nil {
-		b.mem.forget(key)
-		return state{free: true}, nil
+	return b.observe(key, out.Item, time.Now())
+}
+
+// observe records what an item received at t (nil: no item) shows, and
+// returns it as a state.
+func (b *backend) observe(key string, item map[string]types.AttributeValue, t time.Time) (state, error) {
+	st := state{free: true, lapsed: -1}
+	if item == nil {
+		b.mem.saw(key, "", 0, nil, t)
+		return st, nil
 	}
-	it, err := parseItem(key, out.Item)
+	it, err := parseItem(key, item)
 	if err != nil {
-		return state{}, err
+		return state{lapsed: -1}, err
 	}
+	rvn := it.rvn
 	if it.released {
-		b.mem.forget(key)
-		return state{free: true}, nil
+		rvn = ""
 	}
-	return state{obs: b.mem.saw(key, it.rvn, it.lease, t)}, nil
+	obs, seen := b.mem.saw(key, rvn, it.lease, it.queue, t)
+	st = state{free: it.released, obs: obs, queue: it.queue, lapsed: -1}
+	for i, e := range it.queue {
+		if _, lapse := parseEntry(e); t.Sub(seen[i]) >= lapse {
+			st.lapsed = i
+			break
+		}
+	}
+	return st, nil
 }
 
 func (b *backend) get(ctx context.Context, key string) (*ddb.GetItemOutput, error) {
@@ -340,8 +350,8 @@ func (b *backend) get(ctx context.Context, key string) (*ddb.GetItemOutput, erro
 		TableName:                &b.cfg.Table,
 		Key:                      keyOf(key),
 		ConsistentRead:           aws.Bool(true),
-		ProjectionExpression:     aws.String("#k, #on, #rvn, #ld, #ir, #f"),
-		ExpressionAttributeNames: names("#k", "#on", "#rvn", "#ld", "#ir", "#f"),
+		ProjectionExpression:     aws.String("#k, #on, #rvn, #ld, #ir, #f, #q"),
+		ExpressionAttributeNames: names("#k", "#on", "#rvn", "#ld", "#ir", "#f", "#q"),
 	})
 }
 

@@ -20,6 +20,7 @@ const (
 	attrReleased = "isReleased"          // S "1" when released, absent otherwise
 	attrData     = "data"                // B, optional, never written by fencelock
 	attrFence    = "fence"               // N, fencelock's fencing token
+	attrQueue    = "waitQueue"           // L of S, fencelock's waiters in arrival order
 
 	releasedValue = "1"
 )
@@ -32,6 +33,7 @@ var exprNames = map[string]string{
 	"#ld":  attrLease,
 	"#ir":  attrReleased,
 	"#f":   attrFence,
+	"#q":   attrQueue,
 }
 
 // names returns the subset of exprNames an expression uses (DynamoDB
@@ -86,7 +88,8 @@ type lockItem struct {
 	rvn      string
 	lease    time.Duration
 	released bool
-	fence    uint64 // 0 when the item has no fence (written by another client)
+	fence    uint64   // 0 when the item has no fence (written by another client)
+	queue    []string // waitQueue entries, first in line first
 }
 
 // malformedError says which attribute of a foreign item is missing or
@@ -153,6 +156,19 @@ func parseItem(key string, item map[string]types.AttributeValue) (lockItem, erro
 			return it, &malformedError{key, attrFence, fmt.Sprintf("a malformed (%q)", nv.Value)}
 		}
 		it.fence = f
+	}
+	if v, ok := item[attrQueue]; ok {
+		lv, ok := v.(*types.AttributeValueMemberL)
+		if !ok {
+			return it, &malformedError{key, attrQueue, fmt.Sprintf("a non-list (%T)", v)}
+		}
+		for _, e := range lv.Value {
+			sv, ok := e.(*types.AttributeValueMemberS)
+			if !ok {
+				return it, &malformedError{key, attrQueue, fmt.Sprintf("a non-string element (%T) in its", e)}
+			}
+			it.queue = append(it.queue, sv.Value)
+		}
 	}
 	return it, nil
 }

@@ -21,58 +21,101 @@ type observation struct {
 // whole lease duration at now.
 func (o observation) expired(now time.Time) bool { return now.Sub(o.seen) >= o.lease }
 
-// maxObservations bounds the memory of one Client: past it, observations
-// older than their lease (stale anyway once re-read) are dropped first.
+// maxObservations bounds the memory of one Client: past it, records with
+// no queue entries and no unexpired lock observation are dropped first.
 const maxObservations = 10000
+
+// record is what a Client has seen of one lock: the observation of its
+// holder (rvn "" when the last read found it free) and, for each entry of
+// its wait queue, when this Client first saw that exact entry.
+type record struct {
+	lock  observation
+	queue []seenEntry
+}
+
+type seenEntry struct {
+	entry string
+	seen  time.Time
+}
 
 // memory is the observation memory of one Client, shared by its blocked
 // Acquires and later TryAcquires.
 type memory struct {
 	mu  sync.Mutex
-	obs map[string]observation
+	obs map[string]record
 }
 
 func (m *memory) get(key string) (observation, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	o, ok := m.obs[key]
-	return o, ok
+	r, ok := m.obs[key]
+	return r.lock, ok && r.lock.rvn != ""
 }
 
-// saw records that a read received at t found key held under rvn with
-// the given lease duration, and returns the observation now in force: the
-// earlier one if it watched the same version (its clock keeps running),
-// else a new one starting at t.
-func (m *memory) saw(key, rvn string, lease time.Duration, t time.Time) observation {
+// saw records that a read received at t found key held under rvn ("" if
+// free) with the given lease duration, with queue as its wait queue. It
+// returns the lock observation now in force (the earlier one if it watched
+// the same version: its clock keeps running; else a new one starting at
+// t) and, for each queue entry, when this Client first saw it.
+func (m *memory) saw(key, rvn string, lease time.Duration, queue []string, t time.Time) (observation, []time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if o, ok := m.obs[key]; ok && o.rvn == rvn {
-		return o
+	old := m.obs[key]
+	var r record
+	if rvn != "" {
+		r.lock = observation{rvn: rvn, lease: lease, seen: t}
+		if old.lock.rvn == rvn {
+			r.lock = old.lock
+		}
+	}
+	seen := make([]time.Time, len(queue))
+	for i, e := range queue {
+		seen[i] = t
+		for _, o := range old.queue {
+			if o.entry == e {
+				seen[i] = o.seen
+				break
+			}
+		}
+		r.queue = append(r.queue, seenEntry{e, seen[i]})
+	}
+	if rvn == "" && len(queue) == 0 {
+		delete(m.obs, key)
+		return r.lock, seen
 	}
 	if m.obs == nil {
-		m.obs = map[string]observation{}
+		m.obs = map[string]record{}
 	}
-	if len(m.obs) >= maxObservations {
+	if _, ok := m.obs[key]; !ok && len(m.obs) >= maxObservations {
 		m.prune(t)
 	}
-	o := observation{rvn: rvn, lease: lease, seen: t}
-	m.obs[key] = o
-	return o
+	m.obs[key] = r
+	return r.lock, seen
 }
 
-// forget drops what is known of key (it is free, or ours now).
+// forget drops what is known of key's holder (the lock is ours now); what
+// was seen of its queue stays.
 func (m *memory) forget(key string) {
 	m.mu.Lock()
-	delete(m.obs, key)
-	m.mu.Unlock()
+	defer m.mu.Unlock()
+	r, ok := m.obs[key]
+	if !ok {
+		return
+	}
+	if len(r.queue) == 0 {
+		delete(m.obs, key)
+		return
+	}
+	r.lock = observation{}
+	m.obs[key] = r
 }
 
-// prune drops the observations whose lease has passed, or all if none
-// has. Callers hold mu.
+// prune drops the records without queue entries whose lock observation
+// has passed its lease, or all if there is none. Callers hold mu.
 func (m *memory) prune(now time.Time) {
 	n := len(m.obs)
-	for k, o := range m.obs {
-		if o.expired(now) {
+	for k, r := range m.obs {
+		if len(r.queue) == 0 && r.lock.expired(now) {
 			delete(m.obs, k)
 		}
 	}

@@ -1,0 +1,278 @@
+package dynamodb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// The wait queue (see the package doc, # Waiting).
+const (
+	// maxQueue bounds the entries of one lock's wait queue, so that the
+	// item stays under 1 KB (one write unit): later waiters poll until a
+	// place frees.
+	maxQueue = 16
+	// maxLapse bounds an entry's lapse time: a waiter that died holds the
+	// queue up at most this long (plus a poll) after others first saw its
+	// entry.
+	maxLapse = 10 * time.Second
+	// fastPoll is the shortest wait between two reads of a queued waiter,
+	// while the lock changes hands or the waiter moves up.
+	fastPoll = 5 * time.Millisecond
+)
+
+// entryLapse is the lapse time of the entry of a waiter that asks for a
+// lease of ttl: its TTL, at most maxLapse.
+func entryLapse(ttl time.Duration) time.Duration { return min(max(ttl, MinTTL), maxLapse) }
+
+// formatEntry is a queue entry: "<token> <refresh count> <lapse ms>".
+// Every refresh writes a new one (the count goes up).
+func formatEntry(token string, n int, lapse time.Duration) string {
+	return token + " " + strconv.Itoa(n) + " " + leaseMillis(lapse)
+}
+
+// parseEntry returns an entry's token and lapse time. An entry that is
+// not of the form formatEntry writes lapses after maxLapse.
+func parseEntry(e string) (token string, lapse time.Duration) {
+	f := strings.Fields(e)
+	if len(f) != 3 {
+		return e, maxLapse
+	}
+	ms, err := strconv.ParseInt(f[2], 10, 64)
+	if err != nil || ms <= 0 {
+		return f[0], maxLapse
+	}
+	return f[0], min(time.Duration(ms)*time.Millisecond, maxLapse)
+}
+
+// queueWrite makes one conditional UpdateItem on the wait queue alone
+// (it never touches ownerName, recordVersionNumber, isReleased or fence,
+// so the holder's conditions and the waiters' observations of it are
+// unaffected) and returns the state it leaves, from the new item; if the
+// condition fails, from one consistent read.
+func (b *backend) queueWrite(ctx context.Context, key, op, cond, expr string, vals map[string]types.AttributeValue, ns ...string) (st state, applied bool, err error) {
+	out, err := b.api.UpdateItem(ctx, &ddb.UpdateItemInput{
+		TableName:                 &b.cfg.Table,
+		Key:                       keyOf(key),
+		ConditionExpression:       &cond,
+		UpdateExpression:          &expr,
+		ExpressionAttributeNames:  names(append(ns, "#q")...),
+		ExpressionAttributeValues: vals,
+		ReturnValues:              types.ReturnValueAllNew,
+	})
+	if err == nil {
+		st, err = b.observe(key, out.Attributes, time.Now())
+		return st, true, err
+	}
+	if !conditionFailed(err) {
+		return state{lapsed: -1}, false, classify(ctx, op, b.cfg.Table, err)
+	}
+	st, err = b.read(ctx, key)
+	return st, false, err
+}
+
+// dropEntry removes the entry at index i of key's queue if it still is e
+// (a lapsed entry: its waiter stopped refreshing it).
+func (b *backend) dropEntry(ctx context.Context, key string, i int, e string) (state, error) {
+	st, _, err := b.queueWrite(ctx, key, "drop a lapsed waiter",
+		fmt.Sprintf("#q[%d] = :e", i), fmt.Sprintf("REMOVE #q[%d]", i),
+		map[string]types.AttributeValue{":e": str(e)})
+	return st, err
+}
+
+// noQueue, set only by tests, keeps blocked Acquires out of the queue:
+// they poll and take the lock when it is free and nobody waits, as
+// before the queue existed (the tests show that this is unfair).
+var noQueue atomic.Bool
+
+// waiter is one blocked Acquire.
+type waiter struct {
+	b     *backend
+	req   driver.AcquireRequest
+	lapse time.Duration
+	n     int       // refreshes written
+	entry string    // our entry as last written or read, "" if not in the queue
+	pos   int       // its index in the queue last read, -1 if not in it
+	maybe bool      // an enqueue was sent and the lock not granted: leave on exit
+	fresh time.Time // when the last enqueue or refresh that was applied was sent
+}
+
+// Acquire implements driver.Blocker: a blocked Acquire joins the lock's
+// wait queue and takes the lock when it is first in line and the lock is
+// free or expired (see the package doc, # Waiting).
+func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
+	w := &waiter{b: b, req: req, lapse: entryLapse(req.TTL), pos: -1}
+	l, sent, err := w.wait(ctx)
+	if err != nil && w.maybe {
+		w.leave(ctx)
+	}
+	return l, sent, err
+}
+
+func (w *waiter) wait(ctx context.Context) (driver.Lease, time.Time, error) {
+	sent := time.Now()
+	l, st, err := w.b.try(ctx, w.req, "")
+	var (
+		changed = time.Now() // when the lock last changed hands or we moved up, as we saw it
+		last    string
+	)
+	for {
+		if err == nil {
+			w.maybe = false
+			return l, sent, nil
+		}
+		if !errors.Is(err, driver.ErrNotAcquired) {
+			return nil, time.Time{}, err
+		}
+		w.locate(st)
+		now := time.Now()
+		if sig := fmt.Sprint(st.free, st.obs.rvn, w.pos); sig != last {
+			last, changed = sig, now
+		}
+		if st.lockTakeable(now) && (w.pos == 0 || w.pos < 0 && len(st.queue) == 0) {
+			head := ""
+			if w.pos == 0 {
+				head = w.entry
+			}
+			sent = now
+			l, st, err = w.b.try(ctx, w.req, head)
+			continue
+		}
+		acted := true
+		switch {
+		case st.lapsed >= 0 && st.lapsed != w.pos:
+			st, err = w.b.dropEntry(ctx, w.req.Name, st.lapsed, st.queue[st.lapsed])
+		case w.pos < 0 && len(st.queue) < maxQueue && !noQueue.Load():
+			st, err = w.join(ctx)
+		case w.pos >= 0 && now.Sub(w.fresh) >= w.lapse/3:
+			st, err = w.refresh(ctx)
+		default:
+			acted = false
+		}
+		if acted {
+			if err == nil {
+				err = driver.ErrNotAcquired
+			}
+			continue
+		}
+		t := time.NewTimer(w.delay(st, now.Sub(changed)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, time.Time{}, context.Cause(ctx)
+		case <-t.C:
+		}
+		if st, err = w.b.read(ctx, w.req.Name); err == nil {
+			err = driver.ErrNotAcquired
+		}
+	}
+}
+
+// locate finds our entry in st's queue.
+func (w *waiter) locate(st state) {
+	w.pos, w.entry = -1, ""
+	for i, e := range st.queue {
+		if tok, _ := parseEntry(e); tok == w.req.Token {
+			w.pos, w.entry = i, e
+			return
+		}
+	}
+}
+
+// delay is the wait before the next read: a quarter of the time since the
+// lock last changed hands or we moved up in line (a busy lock is read
+// often, a long-held one rarely), between fastPoll and the poll interval,
+// jittered down to half; no later than when the watched version expires
+// or our entry needs refreshing.
+func (w *waiter) delay(st state, since time.Duration) time.Duration {
+	lease := w.req.TTL
+	if !st.free {
+		lease = st.obs.lease
+	}
+	iv := w.b.pollInterval(lease)
+	d := min(max(since/4, min(fastPoll, iv)), iv)
+	if w.pos > 0 {
+		// Behind the first in line: read less often the further back.
+		d = min(d*time.Duration(w.pos+1), iv)
+	}
+	d = d/2 + rand.N(d/2+1)
+	if !st.free {
+		d = min(d, time.Until(st.obs.seen.Add(st.obs.lease)))
+	}
+	if w.pos >= 0 {
+		d = min(d, time.Until(w.fresh.Add(w.lapse/3)))
+	}
+	return max(d, 0)
+}
+
+// join appends a new entry of ours to the queue, if the item exists, the
+// queue has room and does not hold that entry yet (an SDK retry of an
+// applied append is refused).
+func (w *waiter) join(ctx context.Context) (state, error) {
+	w.n++
+	e := formatEntry(w.req.Token, w.n, w.lapse)
+	w.maybe = true
+	sent := time.Now()
+	st, ok, err := w.b.queueWrite(ctx, w.req.Name, "join the wait queue",
+		"attribute_exists(#rvn) AND (attribute_not_exists(#q) OR (size(#q) < :max AND NOT contains(#q, :e)))",
+		"SET #q = list_append(if_not_exists(#q, :empty), :me)",
+		map[string]types.AttributeValue{
+			":e":     str(e),
+			":me":    &types.AttributeValueMemberL{Value: []types.AttributeValue{str(e)}},
+			":empty": &types.AttributeValueMemberL{Value: []types.AttributeValue{}},
+			":max":   num(maxQueue),
+		}, "#rvn")
+	if ok {
+		w.fresh = sent
+	}
+	return st, err
+}
+
+// refresh replaces our entry with a new one (a higher count), so that
+// others see it change.
+func (w *waiter) refresh(ctx context.Context) (state, error) {
+	w.n++
+	e := formatEntry(w.req.Token, w.n, w.lapse)
+	sent := time.Now()
+	st, ok, err := w.b.queueWrite(ctx, w.req.Name, "refresh the wait queue",
+		fmt.Sprintf("#q[%d] = :old", w.pos), fmt.Sprintf("SET #q[%d] = :new", w.pos),
+		map[string]types.AttributeValue{":old": str(w.entry), ":new": str(e)})
+	if ok {
+		w.fresh = sent
+	}
+	return st, err
+}
+
+// leave takes our entry out of the queue after a wait that ended without
+// the lock, on a context detached from ctx: a few read-and-remove rounds
+// (the entry moves up as others are served). If it fails, the entry
+// lapses by itself.
+func (w *waiter) leave(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(w.req.TTL, cleanupTimeout))
+	defer cancel()
+	for range 3 {
+		st, err := w.b.read(cctx, w.req.Name)
+		if err != nil {
+			return
+		}
+		if w.locate(st); w.pos < 0 {
+			return
+		}
+		_, ok, err := w.b.queueWrite(cctx, w.req.Name, "leave the wait queue",
+			fmt.Sprintf("#q[%d] = :e", w.pos), fmt.Sprintf("REMOVE #q[%d]", w.pos),
+			map[string]types.AttributeValue{":e": str(w.entry)})
+		if ok || err != nil {
+			return
+		}
+	}
+}
