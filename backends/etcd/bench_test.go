@@ -69,6 +69,22 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			}
 		}
 	})
+	// TryAcquire, as bench-peers measures it (next to Mutex-sharedSession-try).
+	b.Run("fencelock-try", func(b *testing.B) {
+		u, _ := benchClients(b, 0)
+		c := u.open(b)
+		name := uniqueName(b)
+		o := &fencelock.AcquireOptions{TTL: benchTTL, AutoRenew: fencelock.Bool(false)}
+		for b.Loop() {
+			l, err := c.TryAcquire(b.Context(), name, o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	// etcd's recipe as documented: a Session (lease + keepalive) per lock.
 	b.Run("Mutex+Session", func(b *testing.B) {
 		_, clis := benchClients(b, 1)
@@ -86,6 +102,24 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				b.Fatal(err)
 			}
 			if err := s.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Mutex-sharedSession-try", func(b *testing.B) {
+		_, clis := benchClients(b, 1)
+		s, err := concurrency.NewSession(clis[0], concurrency.WithTTL(int(benchTTL/time.Second)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		pfx := "fencelock-bench/" + uniqueName(b)
+		for b.Loop() {
+			m := concurrency.NewMutex(s, pfx)
+			if err := m.TryLock(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.Unlock(b.Context()); err != nil {
 				b.Fatal(err)
 			}
 		}
