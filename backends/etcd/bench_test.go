@@ -75,7 +75,9 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		c := u.open(b)
 		name := uniqueName(b)
 		o := &fencelock.AcquireOptions{TTL: benchTTL, AutoRenew: fencelock.Bool(false)}
+		var all []time.Duration
 		for b.Loop() {
+			t0 := time.Now()
 			l, err := c.TryAcquire(b.Context(), name, o)
 			if err != nil {
 				b.Fatal(err)
@@ -83,7 +85,9 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			if err := l.Release(b.Context()); err != nil {
 				b.Fatal(err)
 			}
+			all = append(all, time.Since(t0))
 		}
+		reportPairLatencies(b, all)
 	})
 	// etcd's recipe as documented: a Session (lease + keepalive) per lock.
 	b.Run("Mutex+Session", func(b *testing.B) {
@@ -114,7 +118,9 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}
 		defer s.Close()
 		pfx := "fencelock-bench/" + uniqueName(b)
+		var all []time.Duration
 		for b.Loop() {
+			t0 := time.Now()
 			m := concurrency.NewMutex(s, pfx)
 			if err := m.TryLock(b.Context()); err != nil {
 				b.Fatal(err)
@@ -122,7 +128,9 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			if err := m.Unlock(b.Context()); err != nil {
 				b.Fatal(err)
 			}
+			all = append(all, time.Since(t0))
 		}
+		reportPairLatencies(b, all)
 	})
 	// The Mutex on one long-lived Session (no per-lock lease: cheaper, but
 	// every lock of the session shares its fate).
@@ -200,6 +208,13 @@ func session(b *testing.B, cli *clientv3.Client) *concurrency.Session {
 	}
 	b.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// reportPairLatencies reports the median and p99 of acquire+release pairs,
+// as bench-peers does.
+func reportPairLatencies(b *testing.B, all []time.Duration) {
+	b.ReportMetric(float64(conformance.Percentile(all, 0.5).Microseconds()), "p50-µs")
+	b.ReportMetric(float64(conformance.Percentile(all, 0.99).Microseconds()), "p99-µs")
 }
 
 func reportLatencies(b *testing.B, all []time.Duration) {
