@@ -407,8 +407,13 @@ func TestIdleWatchStopsAndRestarts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !watchStarted(t, c) {
-			t.Fatal("holding a lease did not start the shared watch")
+		// The watch starts once the lease has been held for
+		// heldWatchDelay.
+		for deadline := time.Now().Add(10 * time.Second); !watchStarted(t, c); {
+			if time.Now().After(deadline) {
+				t.Fatalf("holding a lease did not start the shared watch within %v", 10*time.Second)
+			}
+			time.Sleep(5 * time.Millisecond) // polling a state, not a sync
 		}
 		if err := l.Release(e.ctx); err != nil {
 			t.Fatal(err)
@@ -416,7 +421,8 @@ func TestIdleWatchStopsAndRestarts(t *testing.T) {
 		waitWatchStopped(t, c)
 	}
 
-	// Loss of a held key, seen by the watch the grant restarted.
+	// Loss of a held key, deleted before the watch restarted for it (at
+	// most heldWatchDelay after the grant, from the grant's revision).
 	l, err := a.TryAcquire(e.ctx, "lost", o)
 	if err != nil {
 		t.Fatal(err)
