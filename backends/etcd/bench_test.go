@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // These benchmarks compare this backend with etcd's own
@@ -79,6 +80,31 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		for b.Loop() {
 			t0 := time.Now()
 			l, err := c.TryAcquire(b.Context(), name, o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			all = append(all, time.Since(t0))
+		}
+		reportPairLatencies(b, all)
+	})
+	// The backend's own TryAcquireAt+Release, without the portable layer
+	// (Lease, timers, metrics, token): what fencelock-try costs above it
+	// is the portable layer's.
+	b.Run("driver-try", func(b *testing.B) {
+		u, _ := benchClients(b, 0)
+		c := u.open(b)
+		var be *backend
+		if !c.As(&be) {
+			b.Fatal("Client.As(**backend) = false")
+		}
+		req := driver.AcquireRequest{Name: uniqueName(b), Token: "t", TTL: benchTTL}
+		var all []time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			l, _, err := be.TryAcquireAt(b.Context(), req)
 			if err != nil {
 				b.Fatal(err)
 			}

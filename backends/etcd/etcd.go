@@ -421,7 +421,7 @@ type contender struct {
 // for every acquisition would make each acquisition slower than the last
 // on a cluster that is not compacted often.
 func (b *backend) keyName(pfx string, cls *class) string {
-	stem := fmt.Sprintf("%s/%x_", pfx, int64(cls.id))
+	stem := pfx + "/" + cls.hex + "_" // %x of the ID, as concurrency.Mutex
 	b.mu.Lock()
 	n, ok := b.free[stem]
 	if ok {
