@@ -146,8 +146,10 @@
 // delivered.
 //
 // A deletion of a held key that is not our Release (lease expiry,
-// revocation, etcdctl del, Admin.Expire) ends that lease at once
-// (Lease.Done, through driver.LossHook: no goroutine per lease). The
+// revocation, etcdctl del, Admin.Expire) ends that lease as soon as the
+// watch delivers it (Lease.Done, through driver.LossHook: no goroutine
+// per lease): at once, or, in the lease's first 50 ms, once the watch
+// has started for it (above). The
 // watch resumes after the last revision it delivered when it breaks, and
 // reads every held key (and has every waiter read its queue) after a
 // compaction made it skip revisions; it keeps the latest deletions it
