@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // These benchmarks compare this backend with etcd's own
@@ -69,6 +70,51 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			}
 		}
 	})
+	// TryAcquire, as bench-peers measures it (next to Mutex-sharedSession-try).
+	b.Run("fencelock-try", func(b *testing.B) {
+		u, _ := benchClients(b, 0)
+		c := u.open(b)
+		name := uniqueName(b)
+		o := &fencelock.AcquireOptions{TTL: benchTTL, AutoRenew: fencelock.Bool(false)}
+		var all []time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			l, err := c.TryAcquire(b.Context(), name, o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			all = append(all, time.Since(t0))
+		}
+		reportPairLatencies(b, all)
+	})
+	// The backend's own TryAcquireAt+Release, without the portable layer
+	// (Lease, timers, metrics, token): what fencelock-try costs above it
+	// is the portable layer's.
+	b.Run("driver-try", func(b *testing.B) {
+		u, _ := benchClients(b, 0)
+		c := u.open(b)
+		var be *backend
+		if !c.As(&be) {
+			b.Fatal("Client.As(**backend) = false")
+		}
+		req := driver.AcquireRequest{Name: uniqueName(b), Token: "t", TTL: benchTTL}
+		var all []time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			l, _, err := be.TryAcquireAt(b.Context(), req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			all = append(all, time.Since(t0))
+		}
+		reportPairLatencies(b, all)
+	})
 	// etcd's recipe as documented: a Session (lease + keepalive) per lock.
 	b.Run("Mutex+Session", func(b *testing.B) {
 		_, clis := benchClients(b, 1)
@@ -89,6 +135,28 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+	b.Run("Mutex-sharedSession-try", func(b *testing.B) {
+		_, clis := benchClients(b, 1)
+		s, err := concurrency.NewSession(clis[0], concurrency.WithTTL(int(benchTTL/time.Second)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		pfx := "fencelock-bench/" + uniqueName(b)
+		var all []time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			m := concurrency.NewMutex(s, pfx)
+			if err := m.TryLock(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.Unlock(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			all = append(all, time.Since(t0))
+		}
+		reportPairLatencies(b, all)
 	})
 	// The Mutex on one long-lived Session (no per-lock lease: cheaper, but
 	// every lock of the session shares its fate).
@@ -166,6 +234,13 @@ func session(b *testing.B, cli *clientv3.Client) *concurrency.Session {
 	}
 	b.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// reportPairLatencies reports the median and p99 of acquire+release pairs,
+// as bench-peers does.
+func reportPairLatencies(b *testing.B, all []time.Duration) {
+	b.ReportMetric(float64(conformance.Percentile(all, 0.5).Microseconds()), "p50-µs")
+	b.ReportMetric(float64(conformance.Percentile(all, 0.99).Microseconds()), "p99-µs")
 }
 
 func reportLatencies(b *testing.B, all []time.Duration) {

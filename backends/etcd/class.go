@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,7 @@ type class struct {
 	ready chan struct{} // closed when the grant is done (id or err set)
 	err   error         // the grant's error
 	id    clientv3.LeaseID
+	hex   string // id in lowercase hex, as lock key names carry it
 
 	mu         sync.Mutex
 	granted    int64       // seconds, as the server granted the last grant or keepalive (≥ ttl)
@@ -108,7 +110,7 @@ func (b *backend) classFor(ctx context.Context, ttl int64) (*class, error) {
 				}
 				b.mu.Unlock()
 			} else {
-				c.id = g.ID
+				c.id, c.hex = g.ID, strconv.FormatInt(int64(g.ID), 16)
 				c.mu.Lock()
 				c.granted, c.lastSent, c.lastTry = max(g.TTL, ttl), sent, sent
 				c.mu.Unlock()

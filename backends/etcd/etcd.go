@@ -120,9 +120,15 @@
 // (deletions only; with an empty KeyPrefix, the whole keyspace), which
 // delivers deletions in revision order; a release thus wakes the one
 // waiter behind it, and no herd. The watch starts with the Client's
-// first held lease or waiter and stops once it has held and waited for
-// nothing for a second (an idle Client costs the cluster no watch, and
-// a release none of its work). The read that queues us (or the last read
+// first waiter, or once a lease has been held for 50 ms (from the
+// revision just after the lease's grant, so it still sees every deletion
+// since), and stops once for a second it has had no waiter and no lease
+// held that long: an idle Client, or one whose locks are short
+// uncontended holds, costs the cluster no watch, and its releases none
+// of the watch's work (etcd sends a watch every deletion under its
+// prefix, our own too). The loss of a lease in its first 50 ms is thus
+// reported up to 50 ms later, plus etcd's catch-up of a watch that starts
+// in the past (up to 100 ms). The read that queues us (or the last read
 // of the queue) returns the keys ahead of ours, all of them if at most
 // 16. When the key just ahead is deleted, and it was the only key ahead
 // of ours, or every other key ahead was deleted before it (the watch
@@ -140,8 +146,10 @@
 // delivered.
 //
 // A deletion of a held key that is not our Release (lease expiry,
-// revocation, etcdctl del, Admin.Expire) ends that lease at once
-// (Lease.Done, through driver.LossHook: no goroutine per lease). The
+// revocation, etcdctl del, Admin.Expire) ends that lease as soon as the
+// watch delivers it (Lease.Done, through driver.LossHook: no goroutine
+// per lease): at once, or, in the lease's first 50 ms, once the watch
+// has started for it (above). The
 // watch resumes after the last revision it delivered when it breaks, and
 // reads every held key (and has every waiter read its queue) after a
 // compaction made it skip revisions; it keeps the latest deletions it
@@ -349,6 +357,9 @@ func (b *backend) Close() error {
 	if b.watch.idle != nil {
 		b.watch.idle.Stop()
 	}
+	if b.watch.held != nil {
+		b.watch.held.Stop()
+	}
 	b.mu.Unlock()
 	b.cancel()
 	b.ops.Wait()
@@ -412,7 +423,7 @@ type contender struct {
 // for every acquisition would make each acquisition slower than the last
 // on a cluster that is not compacted often.
 func (b *backend) keyName(pfx string, cls *class) string {
-	stem := fmt.Sprintf("%s/%x_", pfx, int64(cls.id))
+	stem := pfx + "/" + cls.hex + "_" // %x of the ID, as concurrency.Mutex
 	b.mu.Lock()
 	n, ok := b.free[stem]
 	if ok {

@@ -32,6 +32,9 @@ type lease struct {
 	rev  int64
 	once bool // the key's Txn was sent once: its name may be reused (see freeName)
 
+	registered time.Time // when it was registered with the watch; guarded by backend.mu
+	watchFrom  int64     // the revision a watch must start at to cover it; guarded by backend.mu
+
 	lostCtx   context.Context // done when the store dropped the lease
 	lose      context.CancelFunc
 	releasing atomic.Bool // our own delete is coming: not a loss

@@ -407,8 +407,13 @@ func TestIdleWatchStopsAndRestarts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !watchStarted(t, c) {
-			t.Fatal("holding a lease did not start the shared watch")
+		// The watch starts once the lease has been held for
+		// heldWatchDelay.
+		for deadline := time.Now().Add(10 * time.Second); !watchStarted(t, c); {
+			if time.Now().After(deadline) {
+				t.Fatalf("holding a lease did not start the shared watch within %v", 10*time.Second)
+			}
+			time.Sleep(5 * time.Millisecond) // polling a state, not a sync
 		}
 		if err := l.Release(e.ctx); err != nil {
 			t.Fatal(err)
@@ -416,7 +421,8 @@ func TestIdleWatchStopsAndRestarts(t *testing.T) {
 		waitWatchStopped(t, c)
 	}
 
-	// Loss of a held key, seen by the watch the grant restarted.
+	// Loss of a held key, deleted before the watch restarted for it (at
+	// most heldWatchDelay after the grant, from the grant's revision).
 	l, err := a.TryAcquire(e.ctx, "lost", o)
 	if err != nil {
 		t.Fatal(err)
@@ -624,5 +630,55 @@ func TestLeaseRegisteredWhileWaiterWatchStarts(t *testing.T) {
 	}
 	if from != hdr+1 || next != hdr+1 {
 		t.Errorf("watch covers from %d (next %d), want %d: the revision after the lease's read", from, next, hdr+1)
+	}
+}
+
+// TestIdleWatchStopHandsBackHeldLeases: a watch that stops while young
+// leases are held (none held for heldWatchDelay, no waiter) hands them
+// back to the deferral, from where it stopped: a deletion of a held key
+// after the stop is still reported as a loss by the watch that restarts.
+func TestIdleWatchStopHandsBackHeldLeases(t *testing.T) {
+	e := newInteropEnv(t)
+	c := e.client()
+	b := backendOf(t, c)
+	o := &fencelock.AcquireOptions{TTL: 10 * time.Second, AutoRenew: fencelock.Bool(false)}
+	l, err := c.TryAcquire(e.ctx, "young", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	b.startNowLocked()
+	b.mu.Unlock()
+	for deadline := time.Now().Add(10 * time.Second); !b.watchLive(); {
+		if time.Now().After(deadline) {
+			t.Fatal("watch not established within 10s")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a state, not a sync
+	}
+	// The watch has not been needed for watchLinger, and the lease is
+	// young: stopIdle stops the watch and defers the lease.
+	b.mu.Lock()
+	for _, hl := range b.keys {
+		hl.registered = time.Now()
+	}
+	b.watch.needAt = time.Now().Add(-2 * watchLinger)
+	b.mu.Unlock()
+	b.stopIdle()
+	b.mu.Lock()
+	started, armed := b.watch.started, b.watch.heldArmed
+	b.mu.Unlock()
+	if started || !armed {
+		t.Fatalf("after stopIdle with only young leases: watch started %v, deferral armed %v; want false, true", started, armed)
+	}
+	if _, err := e.raw.Delete(e.ctx, string(e.lockKey("young").Kvs[0].Key)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("deletion of a held key after the idle watch stopped not reported")
+	}
+	if !errors.Is(l.Err(), fencelock.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", l.Err())
 	}
 }

@@ -16,14 +16,17 @@ import (
 // that is not our own Release (lease expiry, revocation, etcdctl del) as a
 // loss of that lease, and the deletion of the key just ahead of a waiting
 // contender's as its wake-up (wait.go): one watch and one goroutine for
-// any number of held leases and waiters, started with the first of them
-// and stopped by Close, or once the backend has held and waited for
-// nothing for watchLinger: an idle Client costs the cluster no watch
-// (every deletion under the prefix is otherwise sent to every Client's
-// watch), and the next registration starts a new one.
+// any number of held leases and waiters, started with the first waiter
+// or once a lease has been held for heldWatchDelay, and stopped by Close,
+// or once for watchLinger it had no waiter and no lease held that long:
+// an idle Client, or one whose locks are all short uncontended holds,
+// costs the cluster no watch (every deletion under the prefix, our own
+// releases too, is otherwise sent to every Client's watch), and a later
+// need starts a new one.
 //
-// It never misses a deletion: a watch started for a held lease starts at
-// the revision just after its key was read; one started for a waiter at
+// It never misses a deletion: a watch started for held leases starts at
+// the earliest revision they need, just after the read of a key held
+// since, or where the previous watch stopped; one started for a waiter at
 // the revision current when etcd creates it, and the waiter reads its
 // queue again once it runs (a registration from a revision the watch
 // does not cover, below); a broken watch resumes at
@@ -41,6 +44,17 @@ import (
 // lease or waiter.
 const watchLinger = time.Second
 
+// heldWatchDelay is how long a held lease goes without the watch before
+// the watch starts for it (from the revision just after its key was
+// read, so it still sees every deletion since). A lock held and released
+// within it never starts the watch: etcd sends a Client's watch every
+// deletion under the prefix, its own releases too, so a watch kept up by
+// short uncontended holds would cost every release a watch event, on the
+// server and here. The price: the loss of a lease in its first
+// heldWatchDelay is reported up to heldWatchDelay later (plus etcd's
+// catch-up of a watch that starts in the past, up to 100 ms).
+const heldWatchDelay = 50 * time.Millisecond
+
 // recentCap is the number of delivered deletions kept for registrations
 // that come after them.
 const recentCap = 1024
@@ -56,8 +70,10 @@ type watchState struct {
 	started     bool
 	gen         uint64             // generation of the running watch: an older loop changes nothing
 	stop        context.CancelFunc // ends the running watch
-	idle        *time.Timer        // armed while nothing is held or waited for: stopIdle
-	idleAt      time.Time          // when the backend last became idle (zero: busy)
+	idle        *time.Timer        // armed while the watch runs: stopIdle
+	needAt      time.Time          // when the watch was last needed (see stopIdle)
+	held        *time.Timer        // starts the watch for held leases (startHeld)
+	heldArmed   bool               // held is armed
 	ready       chan struct{}      // closed once the running watch is first established
 	readyClosed bool               // ready is closed
 
@@ -91,12 +107,67 @@ func (b *backend) startLocked(hdr int64) {
 // startNowLocked starts the watch at the revision current when etcd
 // creates it, if it is not running: it covers nothing until it is
 // established (watchState.ready), then every deletion after the revision
-// its creation reported. b.mu is held.
+// its creation reported. If held leases wait for the watch (see
+// heldWatchDelay), it starts where the earliest of them needs it instead.
+// b.mu is held.
 func (b *backend) startNowLocked() {
 	if b.watch.started {
 		return
 	}
-	b.launchLocked(0)
+	b.launchLocked(b.unwatchedFromLocked())
+}
+
+// unwatchedFromLocked is the revision a watch must start at to cover
+// every held lease while none is started (0 if none is held). b.mu is
+// held.
+func (b *backend) unwatchedFromLocked() int64 {
+	var from int64
+	for _, l := range b.keys {
+		if from == 0 || l.watchFrom < from {
+			from = l.watchFrom
+		}
+	}
+	return from
+}
+
+// deferLocked arranges for the watch to start once a held lease has gone
+// heldWatchDelay without it (startHeld). b.mu is held.
+func (b *backend) deferLocked() {
+	w := &b.watch
+	if w.heldArmed {
+		return
+	}
+	w.heldArmed = true
+	if w.held == nil {
+		w.held = time.AfterFunc(heldWatchDelay, b.startHeld)
+	} else {
+		w.held.Reset(heldWatchDelay)
+	}
+}
+
+// startHeld is the held timer's callback: it starts the watch, from the
+// revision the held leases need, if one of them has been held without
+// it for heldWatchDelay, or else arms itself for the first that will be.
+func (b *backend) startHeld() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := &b.watch
+	w.heldArmed = false
+	if b.closed || w.started || len(b.keys) == 0 {
+		return
+	}
+	now := time.Now()
+	next := heldWatchDelay
+	for _, l := range b.keys {
+		d := heldWatchDelay - now.Sub(l.registered)
+		if d <= 0 {
+			b.launchLocked(b.unwatchedFromLocked())
+			return
+		}
+		next = min(next, d)
+	}
+	w.heldArmed = true
+	w.held.Reset(next)
 }
 
 // launchLocked starts a watch from revision from (0: the current one,
@@ -114,48 +185,72 @@ func (b *backend) launchLocked(from int64) {
 	w.recent, w.recentPos, w.recentKey = w.recent[:0], 0, nil
 	ctx, cancel := context.WithCancel(b.ctx)
 	w.stop = cancel
+	w.needAt = time.Now()
+	b.armIdleLocked(watchLinger)
 	b.ops.Add(1)
 	go b.watchLoop(ctx, w.gen)
 }
 
-// idleLocked notes that a held lease or a waiter was removed: if none is
-// left, the watch stops after watchLinger unless one comes first. b.mu
-// is held.
-func (b *backend) idleLocked() {
+// idleLocked notes that a held lease or a waiter was removed. The idle
+// timer, armed while the watch runs, decides when it stops (stopIdle).
+// b.mu is held.
+func (b *backend) idleLocked() {}
+
+// armIdleLocked arms the idle timer to fire after d. b.mu is held.
+func (b *backend) armIdleLocked(d time.Duration) {
 	w := &b.watch
-	if !w.started || len(b.keys) != 0 || len(w.waitOwn) != 0 {
-		return
-	}
-	w.idleAt = time.Now()
 	if w.idle == nil {
-		w.idle = time.AfterFunc(watchLinger, b.stopIdle)
+		w.idle = time.AfterFunc(d, b.stopIdle)
+	} else {
+		w.idle.Reset(d)
 	}
 }
 
-// stopIdle stops the watch if the backend has held and waited for
-// nothing for watchLinger (the idle timer's callback). A registration
-// after it starts a new watch (startLocked).
+// stopIdle is the idle timer's callback, armed while the watch runs. It
+// stops the watch once it has not been needed for watchLinger: no waiter,
+// and no lease held for heldWatchDelay or longer. The leases still held
+// (all younger) then wait for the watch again (deferLocked), from where
+// this one stopped: it delivered every deletion before w.next. A
+// registration after it starts a new watch.
 func (b *backend) stopIdle() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	w := &b.watch
-	if !w.started || len(b.keys) != 0 || len(w.waitOwn) != 0 || w.idleAt.IsZero() {
-		w.idle = nil // busy again: the next idleLocked re-arms
+	if !w.started || b.closed {
 		return
 	}
-	if d := watchLinger - time.Since(w.idleAt); d > 0 {
+	now := time.Now()
+	if len(w.waitOwn) != 0 {
+		w.needAt = now
+	}
+	for _, l := range b.keys {
+		if now.Sub(l.registered) >= heldWatchDelay {
+			w.needAt = now
+			break
+		}
+	}
+	if d := watchLinger - now.Sub(w.needAt); d > 0 {
 		w.idle.Reset(d)
 		return
 	}
-	w.idle = nil
+	if len(b.keys) != 0 && w.next == 0 {
+		w.idle.Reset(watchLinger) // not established: nothing to resume from
+		return
+	}
 	w.stop()
 	w.started, w.live = false, false
 	w.gen++ // the stopped loop may still be running: it changes nothing now
+	for _, l := range b.keys {
+		l.watchFrom = max(l.watchFrom, w.next)
+	}
+	if len(b.keys) != 0 {
+		b.deferLocked()
+	}
 }
 
-// busyLocked notes that a held lease or a waiter was registered. b.mu is
-// held.
-func (b *backend) busyLocked() { b.watch.idleAt = time.Time{} }
+// busyLocked notes that a waiter was registered: the watch is needed.
+// b.mu is held.
+func (b *backend) busyLocked() { b.watch.needAt = time.Now() }
 
 // coveredLocked reports whether every deletion at a revision after hdr is
 // in recent or will be delivered. b.mu is held.
@@ -174,16 +269,17 @@ func (b *backend) deletedLocked(key string, after int64) int64 {
 	return 0
 }
 
-// registerLocked adds a held lease to the watch, starting the watch if
-// this is the first. hdr is a revision at which l's key was ours. It
-// reports whether l's key must be read because the watch does not cover
-// hdr+1, and whether the watch delivered the key's deletion already.
-// b.mu is held.
+// registerLocked adds a held lease to the watch. hdr is a revision at
+// which l's key was ours. If the watch is not running, it starts, from
+// hdr+1, once the lease has been held for heldWatchDelay (deferLocked),
+// or with a waiter's. It reports whether l's key must be read because
+// the watch does not cover hdr+1, and whether the watch delivered the
+// key's deletion already. b.mu is held.
 func (b *backend) registerLocked(l *lease, hdr int64) (check, lost bool) {
 	b.keys[l.key] = l
-	b.busyLocked()
+	l.registered, l.watchFrom = time.Now(), hdr+1
 	if !b.watch.started {
-		b.startLocked(hdr)
+		b.deferLocked()
 		return false, false
 	}
 	if b.watch.next == 0 {
