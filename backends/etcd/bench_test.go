@@ -76,19 +76,13 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		c := u.open(b)
 		name := uniqueName(b)
 		o := &fencelock.AcquireOptions{TTL: benchTTL, AutoRenew: fencelock.Bool(false)}
-		var all []time.Duration
-		for b.Loop() {
-			t0 := time.Now()
-			l, err := c.TryAcquire(b.Context(), name, o)
+		timePairs(b, func(ctx context.Context) error {
+			l, err := c.TryAcquire(ctx, name, o)
 			if err != nil {
-				b.Fatal(err)
+				return err
 			}
-			if err := l.Release(b.Context()); err != nil {
-				b.Fatal(err)
-			}
-			all = append(all, time.Since(t0))
-		}
-		reportPairLatencies(b, all)
+			return l.Release(ctx)
+		})
 	})
 	// The backend's own TryAcquireAt+Release, without the portable layer
 	// (Lease, timers, metrics, token): what fencelock-try costs above it
@@ -101,19 +95,13 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.Fatal("Client.As(**backend) = false")
 		}
 		req := driver.AcquireRequest{Name: uniqueName(b), Token: "t", TTL: benchTTL}
-		var all []time.Duration
-		for b.Loop() {
-			t0 := time.Now()
-			l, _, err := be.TryAcquireAt(b.Context(), req)
+		timePairs(b, func(ctx context.Context) error {
+			l, _, err := be.TryAcquireAt(ctx, req)
 			if err != nil {
-				b.Fatal(err)
+				return err
 			}
-			if err := l.Release(b.Context()); err != nil {
-				b.Fatal(err)
-			}
-			all = append(all, time.Since(t0))
-		}
-		reportPairLatencies(b, all)
+			return l.Release(ctx)
+		})
 	})
 	// etcd's recipe as documented: a Session (lease + keepalive) per lock.
 	b.Run("Mutex+Session", func(b *testing.B) {
@@ -144,19 +132,13 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}
 		defer s.Close()
 		pfx := "fencelock-bench/" + uniqueName(b)
-		var all []time.Duration
-		for b.Loop() {
-			t0 := time.Now()
+		timePairs(b, func(ctx context.Context) error {
 			m := concurrency.NewMutex(s, pfx)
-			if err := m.TryLock(b.Context()); err != nil {
-				b.Fatal(err)
+			if err := m.TryLock(ctx); err != nil {
+				return err
 			}
-			if err := m.Unlock(b.Context()); err != nil {
-				b.Fatal(err)
-			}
-			all = append(all, time.Since(t0))
-		}
-		reportPairLatencies(b, all)
+			return m.Unlock(ctx)
+		})
 	})
 	// The Mutex on one long-lived Session (no per-lock lease: cheaper, but
 	// every lock of the session shares its fate).
@@ -236,9 +218,17 @@ func session(b *testing.B, cli *clientv3.Client) *concurrency.Session {
 	return s
 }
 
-// reportPairLatencies reports the median and p99 of acquire+release pairs,
-// as bench-peers does.
-func reportPairLatencies(b *testing.B, all []time.Duration) {
+// timePairs times cycle (one acquire+release) per b.Loop iteration and
+// reports the median and p99, as bench-peers does.
+func timePairs(b *testing.B, cycle func(context.Context) error) {
+	var all []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if err := cycle(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+		all = append(all, time.Since(t0))
+	}
 	b.ReportMetric(float64(conformance.Percentile(all, 0.5).Microseconds()), "p50-µs")
 	b.ReportMetric(float64(conformance.Percentile(all, 0.99).Microseconds()), "p99-µs")
 }
