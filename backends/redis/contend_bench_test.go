@@ -24,7 +24,7 @@ func BenchmarkContended8Clients(b *testing.B) {
 		lockers = append(lockers, open(b, r.URL(), nil, nil))
 	}
 	rc := native(b, lockers[0].(*fencelock.Client))
-	cpu0, wall0 := serverCPU(b.Context(), b, rc), time.Now()
+	cpu0, wall0, pcpu0 := serverCPU(b.Context(), b, rc), time.Now(), processCPU()
 	cmds0 := commands(b, rc)
 	var sections, lo, hi int
 	var elapsed, worst time.Duration
@@ -42,7 +42,10 @@ func BenchmarkContended8Clients(b *testing.B) {
 		}
 		lo, hi = lo+l, hi+h
 	}
-	b.ReportMetric(float64(serverCPU(b.Context(), b, rc)-cpu0)/float64(time.Since(wall0))*100, "server-cpu-%")
+	srv, client := serverCPU(b.Context(), b, rc)-cpu0, processCPU()-pcpu0
+	b.ReportMetric(float64(srv)/float64(time.Since(wall0))*100, "server-cpu-%")
+	b.ReportMetric(float64(srv.Microseconds())/float64(sections), "server-cpu-µs/section")
+	b.ReportMetric(float64(client.Microseconds())/float64(sections), "client-cpu-µs/section")
 	b.ReportMetric(float64(commands(b, rc)-cmds0)/float64(sections), "commands/section")
 	b.ReportMetric(float64(sections)/elapsed.Seconds(), "sections/s")
 	b.ReportMetric(float64(worst.Microseconds())/1e3, "max-wait-ms")

@@ -41,17 +41,20 @@ local function grant_fence(fence_key, stored)
 end
 
 -- live_head drops waiters whose liveness key expired from the head of the
--- queue and returns the first live one, or false.
-local function live_head(queue, base)
+-- queue and returns the first live one and its liveness key's value, or
+-- false. h, if given, is the queue's first token, already read.
+local function live_head(queue, base, h)
   while true do
-    local h = redis.call('ZRANGE', queue, 0, 0)[1]
+    h = h or redis.call('ZRANGE', queue, 0, 0)[1]
     if not h then
       return false
     end
-    if redis.call('EXISTS', base .. ':wait:' .. h) == 1 then
-      return h
+    local w = redis.call('GET', base .. ':wait:' .. h)
+    if w then
+      return h, w
     end
     redis.call('ZREM', queue, h)
+    h = nil
   end
 end
 
@@ -65,9 +68,8 @@ local function enqueue(queue, wait_key, token, ttl, live, cid)
     ttl = ttl .. ':' .. cid
   end
   redis.call('SET', wait_key, ttl, 'PX', live)
-  if not redis.call('ZSCORE', queue, token) then
-    redis.call('ZADD', queue, string.format('%d', now_us()), token)
-  end
+  -- NX: a new waiter joins at the end; one already in line keeps its place.
+  redis.call('ZADD', queue, 'NX', string.format('%d', now_us()), token)
   local keep = 2 * tonumber(live)
   if redis.call('PTTL', queue) < keep then
     redis.call('PEXPIRE', queue, keep)
@@ -79,22 +81,21 @@ end
 -- a new fence, and publishes 'grant <token> <fence>' on its Client's grant
 -- channel, <channel>:<cid> (one subscriber, not every waiting Client); with
 -- no live waiter it publishes the lock key on the channel (a plain release
--- notice, heard by every waiting Client).
-local function hand_off(lock, fence_key, queue, channel, base)
-  local h = live_head(queue, base)
+-- notice, heard by every waiting Client). first, if given, is the queue's
+-- first token, already read.
+local function hand_off(lock, fence_key, queue, channel, base, first)
+  local h, ttl = live_head(queue, base, first)
   local stored = h and fence_of(redis.call('GET', fence_key))
   if not h or not stored then
     redis.call('PUBLISH', channel, lock)
     return
   end
-  local wait_key = base .. ':wait:' .. h
-  local ttl = redis.call('GET', wait_key)
   local t, cid = string.match(ttl, '^(%d+):(%x+)$')
   if t then
     ttl, channel = t, channel .. ':' .. cid
   end
   redis.call('ZREM', queue, h)
-  redis.call('DEL', wait_key)
+  redis.call('DEL', base .. ':wait:' .. h)
   redis.call('SET', lock, h, 'PX', ttl)
   local fence = grant_fence(fence_key, stored)
   redis.call('PUBLISH', channel, 'grant ' .. h .. ' ' .. string.format('%d', fence))

@@ -12,11 +12,12 @@ redis.call('DEL', KEYS[1])
 -- queued attempt ran either before this script (it is in the queue) or
 -- after it (it found the lock free). So the common case publishes nothing
 -- and defines none of the shared functions below.
-if redis.call('EXISTS', KEYS[3]) == 0 then
+local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+if not first then
   return 1
 end
 
 --[[grant.lua]]
 
-hand_off(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3])
+hand_off(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3], first)
 return 1

@@ -41,6 +41,10 @@ type Impl struct {
 	Notes string
 	// Open opens one client.
 	Open func(ctx context.Context) (Lock, error)
+	// Server returns the PIDs of the store's server processes, whose CPU
+	// time (with their children's) the contention measure counts; nil:
+	// not measured.
+	Server func() []int
 }
 
 // Floor is a store's cheapest round trip that a lock needs at least once:

@@ -39,6 +39,8 @@ const (
 	MWorkerMax   = "contended_worker_max"
 	MWorkerRatio = "contended_worker_max_over_min"
 	MRegrab      = "contended_regrab_pct"
+	MClientCPU   = "contended_client_cpu_us"
+	MServerCPU   = "contended_server_cpu_us"
 	MFloorP50    = "p50_us"
 	MFloorP99    = "p99_us"
 )
@@ -181,7 +183,10 @@ func drain(ctx context.Context, holder Lock, waiters []Lock, key string, n int, 
 
 // contend runs the workers on one key for d: each loops Wait, release.
 // A wait cut off by the end of the run counts toward the worst wait.
-func contend(ctx context.Context, workers []Lock, key string, d time.Duration, s sample) error {
+// contend runs the workers on one key for d: throughput, worst wait,
+// spread, re-grabs, and the CPU time per grant of this process (every
+// client) and of the store's server processes (server, if not nil).
+func contend(ctx context.Context, workers []Lock, server func() []int, key string, d time.Duration, s sample) error {
 	rctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var (
@@ -193,7 +198,12 @@ func contend(ctx context.Context, workers []Lock, key string, d time.Duration, s
 		errs    []error
 		wg      sync.WaitGroup
 	)
-	start := time.Now()
+	var pids []int
+	if server != nil {
+		pids = server()
+	}
+	srv0, srvOK := serverCPU(pids)
+	start, cpu0 := time.Now(), processCPU()
 	for i, w := range workers {
 		wg.Go(func() {
 			var myWorst time.Duration
@@ -224,7 +234,8 @@ func contend(ctx context.Context, workers []Lock, key string, d time.Duration, s
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), processCPU()-cpu0
+	srv, srvOK2 := serverCPU(pids)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -240,6 +251,12 @@ func contend(ctx context.Context, workers []Lock, key string, d time.Duration, s
 	s[MWorkerRatio] = float64(hi) / float64(max(lo, 1)) // a starved worker counts as 1
 	if total > 1 {
 		s[MRegrab] = 100 * float64(regrabs.Load()) / float64(total-1)
+	}
+	if total > 0 && cpu > 0 {
+		s[MClientCPU] = us(cpu) / float64(total)
+	}
+	if total > 0 && srvOK && srvOK2 {
+		s[MServerCPU] = us(srv-srv0) / float64(total)
 	}
 	return nil
 }

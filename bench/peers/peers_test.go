@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -142,6 +143,16 @@ func checkImpl(t *testing.T, store string, im ImplResult) {
 	}
 	if r := m[MRegrab].Median; r < 0 || r > 100 {
 		t.Errorf("%s: re-grab %v%%", im.ID, r)
+	}
+	if runtime.GOOS == "linux" {
+		// The server's CPU time comes in 10 ms ticks: a short run may see
+		// none, but it is measured.
+		if v, ok := m[MClientCPU]; !ok || v.Median <= 0 {
+			t.Errorf("%s: %s = %+v (ok %v), want > 0 on Linux", im.ID, MClientCPU, v, ok)
+		}
+		if v, ok := m[MServerCPU]; !ok || v.Median < 0 {
+			t.Errorf("%s: %s = %+v (ok %v), want ≥ 0 on Linux", im.ID, MServerCPU, v, ok)
+		}
 	}
 	if m[MWorkerMin].Median > m[MWorkerMax].Median {
 		t.Errorf("%s: worker min %v > max %v", im.ID, m[MWorkerMin].Median, m[MWorkerMax].Median)

@@ -14,9 +14,9 @@ import (
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
-// serverCPU is the Redis server's CPU time (user + system), from INFO cpu:
+// redisServerCPU is the Redis server's CPU time (user + system), from INFO cpu:
 // its command execution and its network I/O.
-func serverCPU(ctx context.Context, b *testing.B, rc *goredis.Client) time.Duration {
+func redisServerCPU(ctx context.Context, b *testing.B, rc *goredis.Client) time.Duration {
 	info, err := rc.Info(ctx, "cpu").Result()
 	if err != nil {
 		b.Fatal(err)
@@ -96,7 +96,7 @@ func BenchmarkRedisCycle(b *testing.B) {
 	const block = 50
 	for b.Loop() {
 		for _, im := range impls {
-			s0, c0, t0 := serverCPU(ctx, b, rc), processCPU(), time.Now()
+			s0, c0, t0 := redisServerCPU(ctx, b, rc), processCPU(), time.Now()
 			for range block {
 				if err := im.cycle(); err != nil {
 					b.Fatal(err)
@@ -104,7 +104,7 @@ func BenchmarkRedisCycle(b *testing.B) {
 			}
 			im.wall += time.Since(t0)
 			im.client += processCPU() - c0
-			im.srv += serverCPU(ctx, b, rc) - s0
+			im.srv += redisServerCPU(ctx, b, rc) - s0
 		}
 	}
 	n := float64(b.N * block)

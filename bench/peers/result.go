@@ -43,7 +43,10 @@ package peers
 // contended_worker_min/_max (grants of the least and most served worker),
 // contended_worker_max_over_min (a worker with none counts as 1),
 // contended_regrab_pct (grants that went to the worker that held the
-// previous grant). Floors: p50_us, p99_us.
+// previous grant), contended_client_cpu_us and contended_server_cpu_us
+// (CPU time per grant during the contention run: this process, which runs
+// every client, and the store's server processes with their children; on
+// Linux only, and the server's in 10 ms ticks). Floors: p50_us, p99_us.
 type Result struct {
 	Schema    int               `json:"schema"`
 	Date      string            `json:"date"`

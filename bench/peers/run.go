@@ -112,7 +112,7 @@ func Run(ctx context.Context, env *Env, cfg Config) *Result {
 				continue
 			}
 			t0 := time.Now()
-			s, err := chunk(ctx, r.clients, keyBase(im.ID, round), cfg)
+			s, err := chunk(ctx, r.clients, im.Server, keyBase(im.ID, round), cfg)
 			if err != nil {
 				r.errs = append(r.errs, fmt.Sprintf("round %d: %v", round, err))
 				logf("round %d %-30s ERROR %v", round, im.ID, err)
@@ -161,7 +161,7 @@ func keyBase(id string, round int) string {
 }
 
 // chunk runs every measure of one implementation once.
-func chunk(ctx context.Context, cs clients, key string, cfg Config) (sample, error) {
+func chunk(ctx context.Context, cs clients, server func() []int, key string, cfg Config) (sample, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.ChunkTimeout)
 	defer cancel()
 	c := cfg.Counts
@@ -175,7 +175,7 @@ func chunk(ctx context.Context, cs clients, key string, cfg Config) (sample, err
 	if err := drain(ctx, cs[0], cs[1:], key+"-d", c.Drains, c.Settle, s); err != nil {
 		return nil, fmt.Errorf("drain: %w", err)
 	}
-	if err := contend(ctx, cs[1:], key+"-c", c.Contention, s); err != nil {
+	if err := contend(ctx, cs[1:], server, key+"-c", c.Contention, s); err != nil {
 		return nil, fmt.Errorf("contention: %w", err)
 	}
 	if ctx.Err() != nil {

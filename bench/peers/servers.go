@@ -73,6 +73,7 @@ func (e *Env) start(ctx context.Context, store string) error {
 			redislockImpl(r.Addr()),
 			redsyncImpl("redis/redsync", store, []string{r.Addr()}))
 		e.Floors = append(e.Floors, pingFloor(r.Addr()))
+		e.serve(store, r.Proc)
 	case "redlock5":
 		m, stop, err := testserver.NewRedisNodes(ctx, 5, nil)
 		if err != nil {
@@ -83,6 +84,11 @@ func (e *Env) start(ctx context.Context, store string) error {
 		e.Impls = append(e.Impls,
 			fencelockImpl("redlock5/fencelock", store, m.URL(), fencelockNotes),
 			redsyncImpl("redlock5/redsync", store, m.Addrs()))
+		var procs []*testserver.Proc
+		for _, n := range m.Nodes {
+			procs = append(procs, n.Proc)
+		}
+		e.serve(store, procs...)
 	case "etcd":
 		dir, err := os.MkdirTemp("", "fencelock-peers-etcd-")
 		if err != nil {
@@ -99,6 +105,7 @@ func (e *Env) start(ctx context.Context, store string) error {
 			fencelockImpl("etcd/fencelock", store, s.URL("peers-fencelock"), fencelockNotes),
 			etcdMutexImpl(s.Endpoint))
 		e.Floors = append(e.Floors, etcdPutFloor(s.Endpoint))
+		e.serve(store, s.Proc)
 	case "postgres":
 		// Later -c settings override NewPostgres's fsync=off and
 		// full_page_writes=off.
@@ -117,6 +124,7 @@ func (e *Env) start(ctx context.Context, store string) error {
 			fencelockImpl("postgres/fencelock-noflush", store, testserver.PostgresDSNWith(p.URL(), "fence_flush", "false"), fencelockNotes+"; fence_flush=false"),
 			pgRawImpl(p.URL()))
 		e.Floors = append(e.Floors, pgCommitFloor(p.URL()))
+		e.serve(store, p.Proc)
 	case "zookeeper":
 		z, err := testserver.NewZooKeeper(ctx, 1)
 		if err != nil {
@@ -128,6 +136,7 @@ func (e *Env) start(ctx context.Context, store string) error {
 			fencelockImpl("zookeeper/fencelock", store, z.URL(), fencelockNotes),
 			zkLockImpl(z.Servers()))
 		e.Floors = append(e.Floors, zkExistsFloor(z.Servers()))
+		e.serve(store, z.Nodes[0].Proc)
 	case "dynamodb":
 		d, stop, err := testserver.NewDynalite(ctx)
 		if err != nil {
@@ -144,10 +153,32 @@ func (e *Env) start(ctx context.Context, store string) error {
 		e.Impls = append(e.Impls,
 			fencelockImpl("dynamodb/fencelock", store, d.URL(), fencelockNotes),
 			dynamoBaselineImpl(d.Endpoint(), testserver.DynaliteTable))
+		e.serve(store, d.Proc)
 	default:
 		return fmt.Errorf("unknown store %q (want one of %s)", store, strings.Join(Stores, ", "))
 	}
 	return nil
+}
+
+// serve records procs as the server processes of store's
+// implementations (see Impl.Server).
+func (e *Env) serve(store string, procs ...*testserver.Proc) {
+	pids := func() []int {
+		var out []int
+		for _, p := range procs {
+			if p != nil {
+				if pid := p.PID(); pid != 0 {
+					out = append(out, pid)
+				}
+			}
+		}
+		return out
+	}
+	for i := range e.Impls {
+		if e.Impls[i].Store == store {
+			e.Impls[i].Server = pids
+		}
+	}
 }
 
 func redisVersion(ctx context.Context, addr string) string {
