@@ -11,4 +11,13 @@
 // Result (JSON, schema in its doc comment) and a Markdown table. The
 // program is bench/cmd/benchpeers (`make bench-peers`). It lives in the
 // nested bench module so the library's go.mod never requires a peer.
+//
+// The contention measure also records the CPU time each grant cost, in
+// this process (every client) and in the server processes (Linux). On a
+// small machine the clients and the server share the cores, so contended
+// throughput follows that cost. Two benchmarks break Redis down further:
+// BenchmarkRedisCycle (an uncontended cycle's wall, client and server
+// time, interleaved with redislock's) and BenchmarkRedisRing (a token
+// passed around 8 clients through the server: what a fair,
+// server-mediated hand-off costs with no lock logic at all).
 package peers

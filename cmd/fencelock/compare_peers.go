@@ -100,6 +100,17 @@ func (im peerImpl) cell(m string, format func(float64) string) string {
 	return fmt.Sprintf("%s (%s–%s)", format(v.Median), format(v.Min), format(v.Max))
 }
 
+// cpuCell is the median CPU time per contended grant, "client + server"
+// ("—" where bench-peers did not measure it).
+func (im peerImpl) cpuCell() string {
+	c, ok1 := im.Metrics[mClientCPU]
+	s, ok2 := im.Metrics[mServerCPU]
+	if !ok1 || !ok2 {
+		return "—"
+	}
+	return fmtUS(c.Median) + " + " + fmtUS(s.Median)
+}
+
 func fmtUS(v float64) string { return us(time.Duration(v * float64(time.Microsecond))) }
 func fmtMS(v float64) string { return us(time.Duration(v * float64(time.Millisecond))) }
 func fmtInt(v float64) string {
@@ -134,14 +145,14 @@ func (d *compareDoc) renderPeers(b *bytes.Buffer) {
 		fmt.Fprintf(b, "Peer numbers were not included in this generation: %v.\n\n", d.peersErr)
 		return
 	}
-	fmt.Fprintf(b, "From `make bench-peers` (docs/bench/peers.json, run %s, %.0f s, %d interleaved rounds%s, load average at start %s): fencelock and the library each store's users would otherwise pick, measured in the same run on the same servers (%s). Each cell is the median over the rounds (min–max over the rounds). Worst wait and re-grab %% tell fairness: an unfair lock lets the releaser take it straight back while others wait.\n\n",
+	fmt.Fprintf(b, "From `make bench-peers` (docs/bench/peers.json, run %s, %.0f s, %d interleaved rounds%s, load average at start %s): fencelock and the library each store's users would otherwise pick, measured in the same run on the same servers (%s). Each cell is the median over the rounds (min–max over the rounds). Worst wait and re-grab %% tell fairness: an unfair lock lets the releaser take it straight back while others wait. CPU per grant is the CPU time each contended grant cost this process (all 8 clients) + the server processes: the clients and the server share this machine's cores, so contended throughput follows it.\n\n",
 		p.Date, p.DurationS, p.Rounds, map[bool]string{true: ", quick mode", false: ""}[p.Quick], p.Machine.LoadAvgStart, serverList(p.Servers))
 	var rows [][]string
 	for _, r := range d.results {
 		store, ok := peerStores[r.label]
 		ims := p.impls(store)
 		if !ok || len(ims) == 0 {
-			rows = append(rows, []string{r.label, "no peer (in-process only)", "", "", "", "", "", ""})
+			rows = append(rows, []string{r.label, "no peer (in-process only)", "", "", "", "", "", "", ""})
 			continue
 		}
 		for i, im := range ims {
@@ -162,10 +173,11 @@ func (d *compareDoc) renderPeers(b *bytes.Buffer) {
 				im.cell(mDrain, fmtMS),
 				im.cell(mThroughput, fmtInt) + "/s",
 				im.cell(mWorstWait, fmtMS),
-				im.cell(mRegrab, fmtInt) + " %"})
+				im.cell(mRegrab, fmtInt) + " %",
+				im.cpuCell()})
 		}
 	}
-	mdTable(b, []string{"backend", "library", "acquire+release p50", "hand-off p50", "8 waiters drained", "8-way contended", "worst wait", "re-grab"}, rows)
+	mdTable(b, []string{"backend", "library", "acquire+release p50", "hand-off p50", "8 waiters drained", "8-way contended", "worst wait", "re-grab", "CPU per grant (client + server)"}, rows)
 	var floors []string
 	for _, f := range p.Floors {
 		if v, ok := f.Metrics["p50_us"]; ok {
@@ -186,6 +198,8 @@ const (
 	mThroughput = "contended_per_s"
 	mWorstWait  = "contended_worst_wait_ms"
 	mRegrab     = "contended_regrab_pct"
+	mClientCPU  = "contended_client_cpu_us"
+	mServerCPU  = "contended_server_cpu_us"
 )
 
 func serverList(m map[string]string) string {

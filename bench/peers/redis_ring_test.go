@@ -1,0 +1,108 @@
+package peers
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock/internal/testserver"
+)
+
+// BenchmarkRedisRing is a floor for a fair, server-mediated hand-off on
+// this machine: 8 clients (each its own go-redis client and subscription,
+// as in the contention measure) pass one token around a ring through the
+// server. The holder PUBLISHes the token to the next client's channel,
+// then makes one round trip of its own (a SET, standing for asking for
+// the lock again) and waits for its next turn. No lock semantics, no
+// fence, no queue logic: what is left is the message each grant needs
+// and the re-ask each closed-loop worker makes. It reports grants/s and
+// the CPU time per grant of this process and of the server; compare with
+// the contended columns of `make bench-peers` (same 8 clients).
+//
+//	cd bench && go test -run XXX -bench RedisRing -benchtime 3x ./peers/
+func BenchmarkRedisRing(b *testing.B) {
+	ctx := context.Background()
+	r, stop, err := testserver.NewRedis(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	const n = 8
+	clients := make([]*goredis.Client, n)
+	subs := make([]*goredis.PubSub, n)
+	for i := range n {
+		clients[i] = goredis.NewClient(&goredis.Options{Addr: r.Addr()})
+		defer clients[i].Close()
+		subs[i] = clients[i].Subscribe(ctx, "ring:"+strconv.Itoa(i))
+		defer subs[i].Close()
+		if _, err := subs[i].Receive(ctx); err != nil { // subscribed
+			b.Fatal(err)
+		}
+	}
+	var grants atomic.Int64
+	var total int64
+	var elapsed, client, server time.Duration
+	round := 0
+	for b.Loop() {
+		round++
+		token := strconv.Itoa(round) // a token left over from an earlier round is dropped
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		grants.Store(0)
+		for i := range n {
+			wg.Go(func() {
+				c, next := clients[i], "ring:"+strconv.Itoa((i+1)%n)
+				ch := subs[i].Channel()
+				for {
+					select {
+					case <-rctx.Done():
+						return
+					case m := <-ch:
+						if m.Payload != token {
+							continue
+						}
+					}
+					grants.Add(1)
+					if err := c.Publish(ctx, next, token).Err(); err != nil {
+						errs <- err
+						return
+					}
+					if err := c.Set(ctx, "ring:ask:"+strconv.Itoa(i), "t", 0).Err(); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		s0, ok0 := serverCPU([]int{r.Proc.PID()})
+		c0, t0 := processCPU(), time.Now()
+		if err := clients[0].Publish(ctx, "ring:0", token).Err(); err != nil {
+			b.Fatal(err)
+		}
+		<-rctx.Done()
+		g := grants.Load()
+		elapsed += time.Since(t0)
+		client += processCPU() - c0
+		if s1, ok1 := serverCPU([]int{r.Proc.PID()}); ok0 && ok1 {
+			server += s1 - s0
+		}
+		cancel()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			b.Fatal(err)
+		}
+		total += g
+	}
+	g := float64(total)
+	b.ReportMetric(g/elapsed.Seconds(), "grants/s")
+	b.ReportMetric(float64(client.Microseconds())/g, "client-cpu-µs/grant")
+	b.ReportMetric(float64(server.Microseconds())/g, "server-cpu-µs/grant")
+	b.ReportMetric(0, "ns/op")
+}
