@@ -462,9 +462,9 @@ func (b *backend) freeName(key string) {
 }
 
 // enqueue creates our key, attached to the lease of its TTL class, in one
-// Txn (like concurrency.Mutex), which also reads the first key under the
-// prefix and, for a blocking Acquire, the key just ahead of ours. The
-// key's TTL must count from
+// Txn (like concurrency.Mutex), which also reads the queue: for a
+// TryAcquire the first key under the prefix, for a blocking Acquire the
+// keys ahead of ours (see createKey). The key's TTL must count from
 // c.sent: for TryAcquire (try) the portable layer counts validity from
 // the call, so the class lease's TTL is restarted after it, by a
 // keepalive sent alongside the Txn (shared with other callers); a
@@ -518,9 +518,14 @@ func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration, t
 	}
 }
 
-// createKey creates c.key on c's class lease (see enqueue); withPred
-// also reads the key just ahead of it (a TryAcquire, which leaves unless
-// it is first, does not need it).
+// createKey creates c.key on c's class lease (see enqueue) and reads the
+// queue in the same Txn. withPred (a blocking Acquire) reads the keys
+// ahead of ours before the Put, last-created first, up to aheadMax: they
+// are exactly the keys created before ours, so they alone tell whether
+// ours is first (none), the key just ahead, and whether it is the only
+// one; the Txn is then one read and one Put. Without it (a TryAcquire,
+// which leaves unless it is first) the Txn reads the first key after the
+// Put instead.
 func (b *backend) createKey(ctx context.Context, c *contender, withPred bool) error {
 	first := clientv3.OpGet(c.pfx+"/", append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
 	then := []clientv3.Op{clientv3.OpPut(c.key, "", clientv3.WithLease(c.cls.id)), first}
@@ -528,7 +533,7 @@ func (b *backend) createKey(ctx context.Context, c *contender, withPred bool) er
 		// Before the Put, the keys under the prefix are the ones ahead of
 		// ours, the last-created just ahead.
 		last := clientv3.OpGet(c.pfx+"/", append(clientv3.WithLastCreate(), clientv3.WithLimit(aheadMax), clientv3.WithKeysOnly())...)
-		then = append([]clientv3.Op{last}, then...)
+		then = []clientv3.Op{last, clientv3.OpPut(c.key, "", clientv3.WithLease(c.cls.id))}
 	}
 	// The Txn is idempotent (a retry finds our key and reads it), so it is
 	// retried when a member fails under it, within the request timeout.
@@ -554,15 +559,20 @@ func (b *backend) createKey(ctx context.Context, c *contender, withPred bool) er
 	}
 	c.hdr = resp.Header.Revision
 	var owner []*mvccpb.KeyValue
-	if resp.Succeeded {
+	switch {
+	case resp.Succeeded && withPred:
 		c.rev = resp.Header.Revision
-		rs := resp.Responses
-		if withPred {
-			c.pred, c.ahead = aheadOf(rs[0].GetResponseRange())
-			rs = rs[1:]
-		}
-		owner = rs[1].GetResponseRange().Kvs
-	} else { // our key exists already (a retried request)
+		r := resp.Responses[0].GetResponseRange()
+		c.pred, c.ahead = aheadOf(r)
+		// Every key ahead of ours was read (none: ours is first) unless
+		// there are more than aheadMax (at least two).
+		c.held = c.pred == ""
+		c.only = c.pred != "" && len(r.Kvs) == 1 && !r.More
+		return nil
+	case resp.Succeeded:
+		c.rev = resp.Header.Revision
+		owner = resp.Responses[1].GetResponseRange().Kvs
+	default: // our key exists already (a retried request)
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
 			return errors.New("etcd: lock key abandoned while being created")
