@@ -200,6 +200,24 @@
 // server session flushes its fence and answers. Concurrent grants share WAL
 // flushes through PostgreSQL's own group commit.
 //
+// What the strict fence costs: the WAL flush of its commit, and the server
+// work of the second transaction that the same query opens for the lease
+// (BEGIN, the TTL setting, the takeover of the lock). The flush cannot go:
+// a fence that no flushed WAL record names can repeat after a crash. The
+// second transaction cannot either: the fence's transaction must commit to
+// be flushed, and the lease must be a transaction of its own for the
+// transaction-scoped mode and for the server-enforced TTL (an idle
+// transaction's timeout). Measured on a 2-core VM with fsync on, the strict
+// TryAcquire+Release took 314–321 µs at the median where raw pgx took
+// 89–98 µs and a flushed autocommit INSERT 158–177 µs (two runs of `make
+// bench-peers`, 2026-12-03): about 50 µs, or 1.2×, above the sum.
+// BenchmarkAcquireReleaseFsync, which interleaves them operation by
+// operation (so raw pgx too runs next to WAL flushes, where bench-peers
+// times it in a chunk of its own) and floors on a flushed
+// pg_logical_emit_message, puts it at 0.98–1.02× of the two. At the SQL
+// level the second transaction costs about 40 µs of
+// server time, half of it the TTL setting.
+//
 // # Loss
 //
 // A lease reports loss (driver.LossNotifier) when its connection is found
