@@ -145,7 +145,7 @@ func (d *compareDoc) renderPeers(b *bytes.Buffer) {
 		fmt.Fprintf(b, "Peer numbers were not included in this generation: %v.\n\n", d.peersErr)
 		return
 	}
-	fmt.Fprintf(b, "From `make bench-peers` (docs/bench/peers.json, run %s, %.0f s, %d interleaved rounds%s, load average at start %s): fencelock and the library each store's users would otherwise pick, measured in the same run on the same servers (%s). Each cell is the median over the rounds (min–max over the rounds). Worst wait and re-grab %% tell fairness: an unfair lock lets the releaser take it straight back while others wait. CPU per grant is the CPU time each contended grant cost this process (all 8 clients) + the server processes: the clients and the server share this machine's cores, so contended throughput follows it.\n\n",
+	fmt.Fprintf(b, "From `make bench-peers` (docs/bench/peers.json, run %s, %.0f s, %d interleaved rounds%s, load average at start %s): fencelock and the library each store's users would otherwise pick, measured in the same run on the same servers (%s). Each cell is the median over the rounds (min–max over the rounds). Worst wait and re-grab %% tell fairness: an unfair lock lets the releaser take it straight back while others wait. CPU per grant is the CPU time each contended grant cost this process (all 8 clients) + the server processes: the clients and the server share this machine's cores, so it bounds contended throughput (cores ÷ CPU per grant).\n\n",
 		p.Date, p.DurationS, p.Rounds, map[bool]string{true: ", quick mode", false: ""}[p.Quick], p.Machine.LoadAvgStart, serverList(p.Servers))
 	var rows [][]string
 	for _, r := range d.results {
