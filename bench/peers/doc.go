@@ -15,9 +15,9 @@
 // The contention measure also records the CPU time each grant cost, in
 // this process (every client) and in the server processes (Linux). On a
 // small machine the clients and the server share the cores, so that cost
-// bounds contended throughput (cores ÷ CPU per grant). Two benchmarks break Redis down further:
-// BenchmarkRedisCycle (an uncontended cycle's wall, client and server
-// time, interleaved with redislock's) and BenchmarkRedisRing (a token
-// passed around 8 clients through the server: what a fair,
-// server-mediated hand-off costs with no lock logic at all).
+// bounds contended throughput (cores ÷ CPU per grant). Two benchmarks
+// break Redis down further: BenchmarkRedisCycle (an uncontended cycle's
+// wall, client and server time, interleaved with redislock's) and
+// BenchmarkRedisRing (a token passed around 8 clients through the server:
+// what a fair, server-mediated hand-off costs with no lock logic at all).
 package peers
