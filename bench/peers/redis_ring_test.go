@@ -16,16 +16,38 @@ import (
 // BenchmarkRedisRing is a floor for a fair, server-mediated hand-off on
 // this machine: 8 clients (each its own go-redis client and subscription,
 // as in the contention measure) pass one token around a ring through the
-// server. The holder PUBLISHes the token to the next client's channel,
-// then makes one round trip of its own (a SET, standing for asking for
-// the lock again) and waits for its next turn. No lock semantics, no
-// fence, no queue logic: what is left is the message each grant needs
-// and the re-ask each closed-loop worker makes. It reports grants/s and
-// the CPU time per grant of this process and of the server; compare with
-// the contended columns of `make bench-peers` (same 8 clients).
+// server. The holder hands the token to the next client's channel, then
+// makes one round trip of its own (standing for asking for the lock
+// again) and waits for its next turn. No lock semantics, no fence, no
+// queue logic: what is left is the message each grant needs and the
+// re-ask each closed-loop worker makes. It reports grants/s and the CPU
+// time per grant of this process and of the server; compare with the
+// contended columns of `make bench-peers` (same 8 clients).
+//
+// Two modes:
+//
+//   - plain: the hand-off is a PUBLISH, the re-ask a SET.
+//   - scripts: both are EVALSHA of trivial scripts (the hand-off's
+//     PUBLISHes) with the keys and arguments the redis backend sends for
+//     a release and a blocked acquire: what the scripts' transport costs
+//     without their logic.
+//
+// Run it with:
 //
 //	cd bench && go test -run XXX -bench RedisRing -benchtime 3x ./peers/
 func BenchmarkRedisRing(b *testing.B) {
+	for _, mode := range []string{"plain", "scripts"} {
+		b.Run(mode, func(b *testing.B) { ring(b, mode) })
+	}
+}
+
+// The scripts mode's stand-ins for release.lua and acquire.lua.
+var (
+	ringRelease = goredis.NewScript(`redis.call('PUBLISH', ARGV[2], ARGV[3]) return 1`)
+	ringAcquire = goredis.NewScript(`return {0, 1}`)
+)
+
+func ring(b *testing.B, mode string) {
 	ctx := context.Background()
 	r, stop, err := testserver.NewRedis(ctx)
 	if err != nil {
@@ -43,6 +65,21 @@ func BenchmarkRedisRing(b *testing.B) {
 		if _, err := subs[i].Receive(ctx); err != nil { // subscribed
 			b.Fatal(err)
 		}
+	}
+	// pass hands the token on and re-asks, as the mode says.
+	pass := func(c *goredis.Client, i int, next, token string) error {
+		if mode == "scripts" {
+			keys := []string{"ring", "{ring}:fence", "{ring}:queue"}
+			const tok, cid = "cfe772b5f4f79d4e8364f3dd592453eb", "362c558c65935c92c627c915f99c5d98"
+			if err := ringRelease.Run(ctx, c, keys, tok, next, token).Err(); err != nil {
+				return err
+			}
+			return ringAcquire.Run(ctx, c, keys, tok, 30000, 3000, "{ring}", cid).Err()
+		}
+		if err := c.Publish(ctx, next, token).Err(); err != nil {
+			return err
+		}
+		return c.Set(ctx, "ring:ask:"+strconv.Itoa(i), "t", 0).Err()
 	}
 	var grants atomic.Int64
 	var total int64
@@ -69,11 +106,7 @@ func BenchmarkRedisRing(b *testing.B) {
 						}
 					}
 					grants.Add(1)
-					if err := c.Publish(ctx, next, token).Err(); err != nil {
-						errs <- err
-						return
-					}
-					if err := c.Set(ctx, "ring:ask:"+strconv.Itoa(i), "t", 0).Err(); err != nil {
+					if err := pass(c, i, next, token); err != nil {
 						errs <- err
 						return
 					}
