@@ -30,7 +30,7 @@ func (b *backend) Expire(ctx context.Context, name string) error {
 // when a client's session is cut: it deletes every lock this backend holds
 // (each only while it still holds this backend's token, never another
 // holder's), then kills this backend's connections on every server with
-// CLIENT KILL ID, including the pub/sub connection of its waiters, as a
+// CLIENT KILL ID, including the pub/sub connections of its waiters, as a
 // network fault would. The holders are not told; their next renewal finds
 // the lock gone. go-redis reconnects for later requests.
 //

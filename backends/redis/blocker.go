@@ -41,7 +41,7 @@ const recheck = time.Second
 // TryAcquire's error (after TryAcquire's own cleanup).
 func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
 	k := keysFor(req.Name)
-	if !b.hub.subscribed(k.channel) {
+	if !b.hub.subscribed(k.channel) && !b.lane.hot(k.channel) {
 		// Not waited on lately: most likely free. If it is held, the
 		// subscription costs a round trip anyway before we may queue.
 		sent := time.Now()
@@ -65,6 +65,18 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return nil, time.Time{}, fmt.Errorf("redis acquire: queued behind this Client's earlier waiters: %w", ctx.Err())
 	case <-b.hub.closing:
 		return nil, time.Time{}, driver.ErrClosed
+	}
+	if b.lane.take() {
+		l, sent, err, done, ok := b.blockLane(ctx, k, req)
+		b.lane.put()
+		if ok {
+			if err != nil && !done {
+				// Leave the line, and release a grant handed to us meanwhile.
+				return nil, time.Time{}, b.cleanup(ctx, k, req, err)
+			}
+			return l, sent, err
+		}
+		// The lane's connection could not be set up: wait through the hub.
 	}
 	w := &waiter{channel: k.channel, lock: k.lock, token: req.Token, wake: make(chan struct{}, 1)}
 	if err := b.hub.register(w); err != nil {
@@ -103,25 +115,87 @@ func (b *backend) block(ctx context.Context, k keys, req driver.AcquireRequest, 
 			b.hub.clearGrant(w)
 		}
 		sent := time.Now()
-		l, err := b.attempt(ctx, k, req, live)
+		l, err := b.attempt(ctx, k, req, live, b.hub.id)
 		if !errors.Is(err, driver.ErrNotAcquired) {
 			return l, sent, err, true
 		}
 		queued = sent
-		next := every
-		var r *refused
-		if errors.As(err, &r) {
-			switch {
-			case r.pttl >= 0:
-				next = min(r.pttl, every)
-			case r.pttl == -3*time.Millisecond: // this token was voided: nothing to wait for
-				return nil, time.Time{}, err, true
-			}
+		next, void := nextAttempt(err, every)
+		if void {
+			return nil, time.Time{}, err, true
 		}
 		if err := b.hub.awaitRelease(ctx, w, msgs, epoch, next); err != nil {
 			return nil, time.Time{}, err, false
 		}
 	}
+}
+
+// blockLane is block on the lane (lane.go), which the caller took. ok is
+// false when the lane could not be set up before anything was decided: the
+// caller then waits through the hub (its attempts, under the same token,
+// answer a grant the lane missed).
+func (b *backend) blockLane(ctx context.Context, k keys, req driver.AcquireRequest) (_ driver.Lease, _ time.Time, _ error, done, ok bool) {
+	ln := b.lane
+	// A blocked read ends only when its connection closes: ctx's end
+	// closes it. Wait for that to finish before the lane is given back.
+	aborted := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { ln.drop(); close(aborted) })
+	defer func() {
+		if !stop() {
+			<-aborted
+		}
+	}()
+	every := refresh(req.TTL)
+	live := liveness(every)
+	var queued time.Time // when the last attempt that left us in line was sent
+	var fence uint64     // a grant handed to us after that attempt
+	for {
+		f, err := ln.ready(ctx, k, req.Token)
+		if err != nil {
+			if _, fallback := err.(errLane); fallback {
+				return nil, time.Time{}, nil, false, false
+			}
+			return nil, time.Time{}, err, false, true
+		}
+		if f != 0 {
+			fence = f
+		}
+		if fence != 0 && !queued.IsZero() {
+			// As in block: the grant's TTL started after queued.
+			if time.Since(queued) <= req.TTL/2 {
+				return b.newLease(k, req, fence, queued), queued, nil, true, true
+			}
+		}
+		sent := time.Now()
+		l, err := b.attempt(ctx, k, req, live, ln.id)
+		if !errors.Is(err, driver.ErrNotAcquired) {
+			return l, sent, err, true, true
+		}
+		queued = sent
+		next, void := nextAttempt(err, every)
+		if void {
+			return nil, time.Time{}, err, true, true
+		}
+		if fence, err = ln.await(ctx, k, req.Token, next); err != nil {
+			return nil, time.Time{}, err, false, true
+		}
+	}
+}
+
+// nextAttempt is how long a refused queued attempt waits before the next
+// one at most (the holder's remaining TTL, capped by every), and whether
+// the refusal ends the wait (the token was voided: nothing to wait for).
+func nextAttempt(err error, every time.Duration) (time.Duration, bool) {
+	var r *refused
+	if errors.As(err, &r) {
+		switch {
+		case r.pttl >= 0:
+			return min(r.pttl, every), false
+		case r.pttl == -3*time.Millisecond:
+			return 0, true
+		}
+	}
+	return every, false
 }
 
 // refresh is how often a queued waiter renews its place in line: often

@@ -1,14 +1,21 @@
 package redis_test
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"strconv"
-
-	goredis "github.com/redis/go-redis/v9"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backends/redis"
 	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -61,4 +68,54 @@ func commands(b *testing.B, rc goredis.UniversalClient) int64 {
 	}
 	n, _ := strconv.ParseInt(testserver.InfoField(info, "total_commands_processed"), 10, 64)
 	return n
+}
+
+// BenchmarkContended8Drivers is BenchmarkContended8Clients on the bare
+// driver (8 drivers, each with its own go-redis client): the difference is
+// what the portable layer (contexts, the Lease, its timers) costs per
+// section under contention.
+//
+//	go test -run XXX -bench Contended8 -benchtime 3x ./backends/redis/
+func BenchmarkContended8Drivers(b *testing.B) {
+	r := testserver.StartRedis(b)
+	var drvs []driver.Blocker
+	var rcs []*goredis.Client
+	for range 8 {
+		rc := goredis.NewClient(&goredis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+		rcs = append(rcs, rc)
+		d := redis.NewDriver(rc)
+		drvs = append(drvs, d.(driver.Blocker))
+		b.Cleanup(func() { _ = d.Close(); _ = rc.Close() })
+	}
+	cpu0, pcpu0 := serverCPU(b.Context(), b, rcs[0]), processCPU()
+	var total atomic.Int64
+	var elapsed time.Duration
+	for b.Loop() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		for _, d := range drvs {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					var tok [16]byte
+					_, _ = rand.Read(tok[:])
+					l, _, err := d.Acquire(ctx, driver.AcquireRequest{Name: "bench-contended8-drivers", Token: hex.EncodeToString(tok[:]), TTL: 30 * time.Second})
+					if err != nil {
+						return
+					}
+					total.Add(1)
+					_ = l.Release(context.Background())
+				}
+			})
+		}
+		wg.Wait()
+		elapsed += time.Since(t0)
+		cancel()
+	}
+	srv, client := serverCPU(b.Context(), b, rcs[0])-cpu0, processCPU()-pcpu0
+	n := float64(total.Load())
+	b.ReportMetric(float64(srv.Microseconds())/n, "server-cpu-µs/section")
+	b.ReportMetric(float64(client.Microseconds())/n, "client-cpu-µs/section")
+	b.ReportMetric(n/elapsed.Seconds(), "sections/s")
+	b.ReportMetric(0, "ns/op")
 }

@@ -165,24 +165,30 @@
 //     the lock, which then stays held for that waiter's TTL, as after a
 //     holder's crash.
 //
-// Each Client keeps one pub/sub connection, shared by all its waiters,
-// subscribed to the channels of the locks they wait for, each with its own
-// grant channel for that lock (and, for a second
-// after the last waiter left, to that lock's channel still, so that a
-// client looping on a lock does not resubscribe each time); a waiter joins
-// the line only once the server confirmed its subscription (a PING reply,
-// one per channel per connection), so no grant is published before it can
-// hear it. If the connection
-// breaks, every waiter asks again (the attempt answers a grant made
-// meanwhile). Within a Client, waiters on a name queue in arrival order
+// Each Client keeps at most two pub/sub connections, whatever the number of
+// its waiters. The lane serves one blocked Acquire at a time: it reads its
+// own connection, so its grant wakes it straight from the network poller,
+// with no goroutine in between. Every other waiter of the Client shares the
+// hub, one connection read by one dispatcher goroutine. Both subscribe to
+// the channel of each lock waited for and to the Client's own grant channel
+// for that lock (the lane's id differs from the hub's), and keep them for a
+// second after the last wait ended, so that a client looping on a lock
+// does not resubscribe each time (the lane then closes its connection). A
+// waiter joins the line only once the server confirmed its subscription (a
+// PING reply, one per channel per connection), so no grant is published
+// before it can hear it. If a connection breaks, its waiters ask again
+// (the attempt answers a grant made meanwhile); a lane that cannot connect
+// hands its waiter to the hub. A lane wait whose ctx ends closes the lane's
+// connection, the only way to interrupt its read; the next wait dials
+// again. Within a Client, waiters on a name queue in arrival order
 // and only the first of them is in the server's line: Clients are served
 // in arrival order, and a Client's waiters in theirs. (FIFO is false only
 // because a Client's second waiter joins the server's line when its first
 // is served.)
 //
 // In Redis Cluster the release notice is a plain PUBLISH, which the cluster
-// broadcasts to every node, so the one connection (to any node) hears every
-// shard and survives failover; sharded pub/sub would avoid the broadcast
+// broadcasts to every node, so each subscription connection (to any node)
+// hears every shard and survives failover; sharded pub/sub would avoid the broadcast
 // but need a connection per shard.
 //
 // # Redis Cluster failover
@@ -205,7 +211,7 @@
 //     session is cut (Redis has none: a lock outlives the connection that
 //     set it): it deletes every lock this Client holds, each only while it
 //     still holds this Client's token, then kills this Client's
-//     connections on every server (CLIENT KILL ID), its pub/sub connection
+//     connections on every server (CLIENT KILL ID), its pub/sub connections
 //     included. The holders' next renewal finds the lock gone; go-redis
 //     reconnects for later requests. The connections are found in CLIENT
 //     LIST by the go-redis ClientName: clients opened by URL get a unique

@@ -100,6 +100,7 @@ type backend struct {
 	client goredis.UniversalClient
 	owns   bool // Close closes client (clients opened from a URL)
 	hub    *hub
+	lane   *lane         // one blocked Acquire at a time reads its grant itself (lane.go)
 	queue  localq.Queues // this Client's blocked acquires per name (blocker.go)
 	live   leaseSet      // held leases, for KillSessions
 }
@@ -113,7 +114,7 @@ var (
 )
 
 func newBackend(client goredis.UniversalClient, owns bool) *backend {
-	return &backend{client: client, owns: owns, hub: newHub(client)}
+	return &backend{client: client, owns: owns, hub: newHub(client), lane: newLane(client)}
 }
 
 func (b *backend) Capabilities() driver.Capabilities { return capabilities }
@@ -126,18 +127,15 @@ func (b *backend) Capabilities() driver.Capabilities { return capabilities }
 // error thus leaves nothing held; if abandoning fails too, the error also
 // wraps ErrIndeterminate.
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
-	return b.attempt(ctx, keysFor(req.Name), req, 0)
+	return b.attempt(ctx, keysFor(req.Name), req, 0, "")
 }
 
 // attempt runs the acquire script once (see TryAcquire); with live > 0 a
 // refused attempt also queues req.Token as a waiter (or keeps its place)
-// whose liveness key lasts live.
-func (b *backend) attempt(ctx context.Context, k keys, req driver.AcquireRequest, live time.Duration) (driver.Lease, error) {
+// whose liveness key lasts live, and whose grant is published on the
+// lock's channel suffixed ":"+cid (the hub's or the lane's id).
+func (b *backend) attempt(ctx context.Context, k keys, req driver.AcquireRequest, live time.Duration, cid string) (driver.Lease, error) {
 	sent := time.Now()
-	cid := ""
-	if live > 0 {
-		cid = b.hub.id
-	}
 	res, err := acquireScript.Run(ctx, b.client, []string{k.lock, k.fence, k.queue},
 		req.Token, millis(req.TTL), millis(live), k.base, cid).Int64Slice()
 	if err == nil && len(res) != 2 {
@@ -253,6 +251,7 @@ func (b *backend) As(target any) bool {
 // go-redis client if the backend opened it (from a URL).
 func (b *backend) Close() error {
 	b.hub.close()
+	b.lane.close()
 	if b.owns {
 		if err := b.client.Close(); err != nil {
 			return fmt.Errorf("redis close: %w", err)

@@ -14,9 +14,10 @@ import (
 	"github.com/fencelock/fencelock/driver"
 )
 
-// hub is a client's one pub/sub subscription, shared by all its waiters:
-// one connection and two goroutines per client, however many waiters (not
-// a connection per waiter). It is started by the first Wait and stopped by
+// hub is a client's shared pub/sub subscription, for every waiter but the
+// one on the lane (lane.go) and for Wait: one connection and two
+// goroutines per client, however many waiters (not a connection per
+// waiter). It is started by the first wait that needs it and stopped by
 // close.
 //
 // Channels are subscribed while at least one waiter waits on them, each

@@ -24,19 +24,25 @@ import (
 // time per grant of this process and of the server; compare with the
 // contended columns of `make bench-peers` (same 8 clients).
 //
-// Two modes:
+// Three modes:
 //
-//   - plain: the hand-off is a PUBLISH, the re-ask a SET.
-//   - scripts: both are EVALSHA of trivial scripts (the hand-off's
-//     PUBLISHes) with the keys and arguments the redis backend sends for
-//     a release and a blocked acquire: what the scripts' transport costs
-//     without their logic.
+//   - plain: the hand-off is a PUBLISH, the re-ask a SET; each client's
+//     messages reach its worker through go-redis's PubSub.Channel (a
+//     goroutine reads the connection and passes them on, as the redis
+//     backend's hub does).
+//   - scripts: as plain, but both are EVALSHA of trivial scripts (the
+//     hand-off's PUBLISHes) with the keys and arguments the redis backend
+//     sends for a release and a blocked acquire: what the scripts'
+//     transport costs without their logic.
+//   - direct: as plain, but each worker reads its own subscription
+//     (PubSub.ReceiveTimeout), as the redis backend's lane does: what one
+//     goroutine wake-up fewer per grant is worth.
 //
 // Run it with:
 //
 //	cd bench && go test -run XXX -bench RedisRing -benchtime 3x ./peers/
 func BenchmarkRedisRing(b *testing.B) {
-	for _, mode := range []string{"plain", "scripts"} {
+	for _, mode := range []string{"plain", "scripts", "direct"} {
 		b.Run(mode, func(b *testing.B) { ring(b, mode) })
 	}
 }
@@ -95,14 +101,30 @@ func ring(b *testing.B, mode string) {
 		for i := range n {
 			wg.Go(func() {
 				c, next := clients[i], "ring:"+strconv.Itoa((i+1)%n)
-				ch := subs[i].Channel()
+				var ch <-chan *goredis.Message
+				if mode != "direct" {
+					ch = subs[i].Channel()
+				}
 				for {
-					select {
-					case <-rctx.Done():
-						return
-					case m := <-ch:
-						if m.Payload != token {
+					if mode == "direct" {
+						if rctx.Err() != nil {
+							return
+						}
+						msg, err := subs[i].ReceiveTimeout(rctx, 100*time.Millisecond)
+						if err != nil {
 							continue
+						}
+						if m, ok := msg.(*goredis.Message); !ok || m.Payload != token {
+							continue
+						}
+					} else {
+						select {
+						case <-rctx.Done():
+							return
+						case m := <-ch:
+							if m.Payload != token {
+								continue
+							}
 						}
 					}
 					grants.Add(1)
