@@ -181,3 +181,66 @@ func TestLaneHotLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLaneAndHubHandOff: a Client waiting on two locks at once waits for
+// one on its lane and for the other through its hub; a release hands each
+// over at once (not at the waiter's next refresh, 1s here).
+func TestLaneAndHubHandOff(t *testing.T) {
+	r := testserver.StartRedis(t)
+	tag := fmt.Sprintf("fl-lane-%d", rand.Uint32())
+	a := open(t, r.URL(), nil, nil)
+	w := open(t, r.URL(), nil, func(o *goredis.UniversalOptions) { o.ClientName = tag })
+	rc := native(t, a)
+	ctx := t.Context()
+	for round := range 5 {
+		names := []string{name(t), name(t)}
+		var held []*fencelock.Lease
+		for _, n := range names {
+			l, err := a.TryAcquire(ctx, n, hold)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, l)
+		}
+		got := make(chan error, len(names))
+		for i, n := range names {
+			go func() {
+				l, err := w.Acquire(ctx, n, hold)
+				if err == nil {
+					if l.Fence() <= held[i].Fence() {
+						err = fmt.Errorf("fence %d not above %d", l.Fence(), held[i].Fence())
+					}
+					if err2 := l.Release(ctx); err == nil {
+						err = err2
+					}
+				}
+				got <- err
+			}()
+		}
+		for _, n := range names {
+			queued(t, rc, n, 1)
+		}
+		if ids := pubsubConns(t, rc, tag); len(ids) != 2 {
+			t.Fatalf("round %d: %d pub/sub connections for waits on 2 locks, want 2 (lane and hub)", round, len(ids))
+		}
+		released := time.Now()
+		for _, l := range held {
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range names {
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("round %d: a waiter did not get its lock within 5s of the release", round)
+			}
+		}
+		if took := time.Since(released); took > 700*time.Millisecond {
+			t.Fatalf("round %d: both waiters held %v after the releases: one was woken by its refresh, not by its grant", round, took)
+		}
+	}
+}
