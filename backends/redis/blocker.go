@@ -67,9 +67,9 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return nil, time.Time{}, driver.ErrClosed
 	}
 	if b.lane.take() {
-		l, sent, err, done, ok := b.blockLane(ctx, k, req)
+		l, sent, err, done := b.blockLane(ctx, k, req)
 		b.lane.put()
-		if ok {
+		if _, fallback := err.(errLane); !fallback {
 			if err != nil && !done {
 				// Leave the line, and release a grant handed to us meanwhile.
 				return nil, time.Time{}, b.cleanup(ctx, k, req, err)
@@ -130,11 +130,11 @@ func (b *backend) block(ctx context.Context, k keys, req driver.AcquireRequest, 
 	}
 }
 
-// blockLane is block on the lane (lane.go), which the caller took. ok is
-// false when the lane could not be set up before anything was decided: the
-// caller then waits through the hub (its attempts, under the same token,
-// answer a grant the lane missed).
-func (b *backend) blockLane(ctx context.Context, k keys, req driver.AcquireRequest) (_ driver.Lease, _ time.Time, _ error, done, ok bool) {
+// blockLane is block on the lane (lane.go), which the caller took. An
+// errLane means the lane's connection could not be set up: the caller then
+// waits through the hub (its attempts, under the same token, answer a
+// grant the lane missed).
+func (b *backend) blockLane(ctx context.Context, k keys, req driver.AcquireRequest) (_ driver.Lease, _ time.Time, _ error, done bool) {
 	ln := b.lane
 	// A blocked read ends only when its connection closes: ctx's end
 	// closes it. Wait for that to finish before the lane is given back.
@@ -152,10 +152,7 @@ func (b *backend) blockLane(ctx context.Context, k keys, req driver.AcquireReque
 	for {
 		f, err := ln.ready(ctx, k, req.Token)
 		if err != nil {
-			if _, fallback := err.(errLane); fallback {
-				return nil, time.Time{}, nil, false, false
-			}
-			return nil, time.Time{}, err, false, true
+			return nil, time.Time{}, err, false
 		}
 		if f != 0 {
 			fence = f
@@ -163,21 +160,21 @@ func (b *backend) blockLane(ctx context.Context, k keys, req driver.AcquireReque
 		if fence != 0 && !queued.IsZero() {
 			// As in block: the grant's TTL started after queued.
 			if time.Since(queued) <= req.TTL/2 {
-				return b.newLease(k, req, fence, queued), queued, nil, true, true
+				return b.newLease(k, req, fence, queued), queued, nil, true
 			}
 		}
 		sent := time.Now()
 		l, err := b.attempt(ctx, k, req, live, ln.id)
 		if !errors.Is(err, driver.ErrNotAcquired) {
-			return l, sent, err, true, true
+			return l, sent, err, true
 		}
 		queued = sent
 		next, void := nextAttempt(err, every)
 		if void {
-			return nil, time.Time{}, err, true, true
+			return nil, time.Time{}, err, true
 		}
 		if fence, err = ln.await(ctx, k, req.Token, next); err != nil {
-			return nil, time.Time{}, err, false, true
+			return nil, time.Time{}, err, false
 		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backends/redis"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -242,5 +244,61 @@ func TestLaneAndHubHandOff(t *testing.T) {
 		if took := time.Since(released); took > 700*time.Millisecond {
 			t.Fatalf("round %d: both waiters held %v after the releases: one was woken by its refresh, not by its grant", round, took)
 		}
+	}
+}
+
+// TestLaneFallsBackToHub: a lane that cannot connect hands its waiter to
+// the hub, which gets the grant at once.
+func TestLaneFallsBackToHub(t *testing.T) {
+	r := testserver.StartRedis(t)
+	ctx := t.Context()
+	newDriver := func() driver.Backend {
+		rc := goredis.NewClient(&goredis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+		d := redis.NewDriver(rc)
+		t.Cleanup(func() { _ = d.Close(); _ = rc.Close() })
+		return d
+	}
+	a, w := newDriver(), newDriver()
+	broken := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer broken.Close()
+	redis.SetLaneClient(w, broken)
+	n := name(t)
+	req := func() driver.AcquireRequest {
+		return driver.AcquireRequest{Name: n, Token: fmt.Sprintf("%032x", rand.Uint64()), TTL: 30 * time.Second}
+	}
+	l, err := a.TryAcquire(ctx, req())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l2, _, err := w.(driver.Blocker).Acquire(ctx, req())
+		if err == nil {
+			if l2.Fence() <= l.Fence() {
+				err = fmt.Errorf("fence %d not above %d", l2.Fence(), l.Fence())
+			}
+			if err2 := l2.Release(ctx); err == nil {
+				err = err2
+			}
+		}
+		got <- err
+	}()
+	obs := goredis.NewClient(&goredis.Options{Addr: r.Addr()})
+	defer obs.Close()
+	queued(t, obs, n, 1)
+	released := time.Now()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the lock within 5s of the release")
+	}
+	if took := time.Since(released); took > 700*time.Millisecond {
+		t.Fatalf("the waiter held %v after the release: woken by its refresh, not by its grant", took)
 	}
 }
