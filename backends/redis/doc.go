@@ -65,7 +65,8 @@
 // distinct names never share a lock key. (The waiter line ends in
 // ":fencelock" too, but is no escaped key: B + ":line" and B + ":line:k"
 // are not reserved. ":queue", the waiter queue of earlier versions, stays
-// reserved, so that no name changed its lock key; see Mixed versions.) Every other name, which is every
+// reserved, so that no name changed its lock key; see Mixed versions.)
+// Every other name, which is every
 // name without braces, is its own lock key and interoperates with
 // redis-py and redsync; a reserved name interoperates under its escaped
 // key only.
@@ -148,8 +149,9 @@
 //     refreshes, at least 300 ms), so a waiter that died drops out of line
 //     by itself. Both exist only while someone waits (a line of dead
 //     waiters' entries expires 6 s, or twice the liveness if longer, after
-//     the last join or refresh; an emptied line is gone at once). The scripts name liveness keys
-//     themselves (they share the lock's hash tag, hence its slot).
+//     the last join or refresh; an emptied line is gone at once). The
+//     scripts name liveness keys themselves (they share the lock's hash
+//     tag, hence its slot).
 //   - A refused blocked attempt joins the line, or keeps its place: SET of
 //     its liveness key with GET tells whether it had one; if not, it RPUSHes
 //     its token. A waiter whose liveness lapsed (it stalled) and who then
@@ -228,6 +230,7 @@
 // does), and a release hands over only to its own version's waiters; the
 // other version's waiters find the lock free when they next ask, at the
 // holder's expiry or their refresh (at most a second, or TTL/4, later).
+// Once the old Clients are gone, their B:queue expires by itself.
 //
 // # Redis Cluster failover
 //

@@ -5,11 +5,12 @@
 -- before them does not pay for them.
 --
 -- The waiter line of a lock (see the package doc, Waiting) is a list
--- <base>:line:fencelock of waiting tokens in arrival order, and, per
--- waiting token, a liveness key <base>:wait:<token> holding "<TTL in ms to
--- grant it with>:<its Client's id>" (or the TTL alone: the grant then goes
--- to the release channel itself); the key expires unless the waiter
--- refreshes it, so a waiter that died drops out of line by itself.
+-- (<base>:line:fencelock, or <base>:line:k:fencelock, see keys.go) of
+-- waiting tokens in arrival order, and, per waiting token, a liveness key
+-- <base>:wait:<token> holding "<TTL in ms to grant it with>:<its Client's
+-- id>" (or the TTL alone: the grant then goes to the release channel
+-- itself); the key expires unless the waiter refreshes it, so a waiter
+-- that died drops out of line by itself.
 -- Liveness keys are named here, not passed in KEYS: they share the lock's
 -- hash tag, hence its Cluster slot.
 --
