@@ -104,6 +104,9 @@ end
 -- waiters (3 refreshes of at most a second, see blocker.go), so that a
 -- waiter with a short TTL does not cut the line's life below that of a
 -- waiter with a long one, which refreshes (at most every second) long
--- before. One PEXPIRE, no PTTL to compare first.
+-- before. One PEXPIRE, no PTTL to compare first. (Setting it only when
+-- RPUSH creates the line, and on refreshes, is not enough: under steady
+-- contention the line never empties and each waiter is served long
+-- before its first refresh, so nothing would renew the line.)
 redis.call('PEXPIRE', KEYS[3], math.max(2 * tonumber(ARGV[3]), 6000))
 return {0, wait}
