@@ -40,11 +40,16 @@
 //     but none of them live PUBLISHes K on it (see Waiting).
 //   - Void key B:void:<token>, only after an acquire attempt whose reply was
 //     lost (see Operations); it expires after 5 minutes.
-//   - Waiter queue B:queue and liveness keys B:wait:<token>, only while
-//     Acquire calls wait (see Waiting).
+//   - Waiter line B:line:fencelock if B is K itself (K has a hash tag),
+//     else B:line:k:fencelock, and liveness keys B:wait:<token>, only
+//     while Acquire calls wait (see Waiting). Two lock keys can share B
+//     ("x" and "{x}"); the two suffixes keep their lines apart.
 //
 // All these keys share a hash tag of K's slot, so every script touches one
 // Redis Cluster slot.
+//
+// The scripts use GETDEL and SET ... GET: the backend needs Redis 6.2 or
+// later (or a server compatible with it).
 //
 // # Reserved names
 //
@@ -57,7 +62,11 @@
 // gets the lock key K + ":fencelock"
 // instead of K (same hash tag, so same slot; its fence key is
 // K + ":fencelock:fence"). Lock keys and derived keys thus never meet, and
-// distinct names never share a lock key. Every other name, which is every
+// distinct names never share a lock key. (The waiter line ends in
+// ":fencelock" too, but is no escaped key: B + ":line" and B + ":line:k"
+// are not reserved. ":queue", the waiter queue of earlier versions, stays
+// reserved, so that no name changed its lock key; see Mixed versions.)
+// Every other name, which is every
 // name without braces, is its own lock key and interoperates with
 // redis-py and redsync; a reserved name interoperates under its escaped
 // key only.
@@ -70,7 +79,10 @@
 //   - Acquire: SET K token NX PX ttl; only if that succeeds, fence =
 //     max(stored + 1, server TIME in microseconds), stored back and returned.
 //     A free lock with nobody in line costs one MGET (lock, fence and void
-//     keys), EXISTS on the waiter queue, the SET, TIME and the fence's SET.
+//     keys), EXISTS on the waiter line, the SET, TIME and the fence's SET.
+//     A blocked attempt refused by a held lock costs the MGET, PTTL of K,
+//     SET ... GET of its liveness key, an RPUSH to the line when it joins
+//     (not when it refreshes) and a PEXPIRE of the line.
 //     A retried script whose first run was granted (its reply lost) answers
 //     the same grant.
 //   - Abandon: when the outcome of an attempt is unknown (ctx ended or the
@@ -79,10 +91,14 @@
 //     it returns, so the request grants nothing if a stalled server only
 //     runs it later. If the server cannot be reached for that either, the
 //     error wraps ErrIndeterminate: the lock may stay held until its TTL.
-//   - Release: delete K only if it holds our token (compare-and-delete),
-//     then hand it to the first live waiter in line, or PUBLISH a release
-//     notice (see Waiting). Otherwise ErrLeaseLost; another holder's lock
-//     is never touched.
+//   - Release: only if K holds our token, hand it to the first live waiter
+//     in line, or delete it (compare-and-delete; a PUBLISHed release notice
+//     if the line held only dead waiters, see Waiting). Otherwise
+//     ErrLeaseLost; another holder's lock is never touched. With nobody in
+//     line it costs one MGET (lock and fence keys), an LPOP of the line and
+//     the DEL; a hand-off, the MGET, the LPOP, GETDEL of the waiter's
+//     liveness key, the SET of K, TIME, the fence's SET and the PUBLISH of
+//     the grant.
 //   - Extend (renewal): PEXPIRE K only if it holds our token, else
 //     ErrLeaseLost.
 //
@@ -126,18 +142,27 @@
 // A blocked Acquire waits in line on the server, and a release hands the
 // lock straight to the first live waiter, in the release script itself:
 //
-//   - Waiter queue B:queue, a sorted set of waiting tokens scored by
-//     arrival (server TIME in µs), and per waiter a liveness key
-//     B:wait:<token> holding the TTL to grant it with. The liveness key
-//     expires unless the waiter refreshes it (every TTL/4, at most every
-//     second; it lasts three refreshes, at least 300 ms), so a waiter that
-//     died drops out of line by itself. Both exist only while someone
-//     waits. The scripts name liveness keys themselves (they share the
-//     lock's hash tag, hence its slot).
-//   - Release deletes the lock key and, in the same script, takes the first
-//     waiter whose liveness key exists (dropping dead ones), sets the lock
-//     key to its token with its TTL, issues its fence exactly as Acquire
-//     does, and PUBLISHes "grant <token> <fence>" on that waiter's
+//   - Waiter line (B:line:fencelock, see Keys), a list of waiting tokens in
+//     arrival order, and per waiter a liveness key B:wait:<token> holding
+//     the TTL to grant it with. The liveness key expires unless the waiter
+//     refreshes it (every TTL/4, at most every second; it lasts three
+//     refreshes, at least 300 ms), so a waiter that died drops out of line
+//     by itself. Both exist only while someone waits (a line of dead
+//     waiters' entries expires 6 s, or twice the liveness if longer, after
+//     the last join or refresh; an emptied line is gone at once). The
+//     scripts name liveness keys themselves (they share the lock's hash
+//     tag, hence its slot).
+//   - A refused blocked attempt joins the line, or keeps its place: SET of
+//     its liveness key with GET tells whether it had one; if not, it RPUSHes
+//     its token. A waiter whose liveness lapsed (it stalled) and who then
+//     refreshes joins again at the end, so a token can be in line twice;
+//     a refreshing waiter whose entry is gone (the line was deleted) is put
+//     back (LPOS).
+//   - Release, in the same script, pops the line's head and GETDELs its
+//     liveness key, dropping heads whose key is gone, until one is live;
+//     then it overwrites the lock key with that waiter's token and TTL,
+//     issues its fence exactly as Acquire does, and PUBLISHes
+//     "grant <token> <fence>" on that waiter's
 //     Client's grant channel, B:released:<client id> (32 hex digits, random
 //     per Client, stored with the waiter's TTL in its liveness key), which
 //     only that Client subscribes to: a grant wakes one Client, not every
@@ -158,9 +183,16 @@
 //     a message that waiters queued first. The waiter asks when the
 //     holder's TTL runs out (the refused attempt returns it) and at each
 //     refresh.
+//   - A token is granted only by the script that deletes its liveness key
+//     (a hand-off's GETDEL, or its own attempt at the head of the line of
+//     a free lock), and every script that removes a token's entries deletes
+//     that key: a stale second entry of a granted token finds no key and is
+//     dropped. A token is thus handed the lock at most once per join, never
+//     again for a stale entry.
 //   - A waiter whose wait ends without a grant (ctx ended, Client closed)
-//     leaves the line in the abandon script, which also releases, to the
-//     next in line, a grant handed to it meanwhile: it leaves nothing held.
+//     leaves the line (every entry of its token) in the abandon script,
+//     which also releases, to the next in line, a grant handed to it
+//     meanwhile: it leaves nothing held.
 //   - A waiter that died within its liveness window may still be handed
 //     the lock, which then stays held for that waiter's TTL, as after a
 //     holder's crash.
@@ -190,6 +222,21 @@
 // broadcasts to every node, so each subscription connection (to any node)
 // hears every shard and survives failover; sharded pub/sub would avoid the broadcast
 // but need a connection per shard.
+//
+// # Mixed versions
+//
+// Earlier versions kept waiters in a sorted set B:queue; this one uses the
+// list above, under another name, so a rolling deploy with old and new
+// Clients on one lock never meets a key of the wrong type. Both kinds of
+// Client share the lock key, the fence key and its formula, and the
+// reserved names (no name has another lock key in either version), so a
+// lock still has at most one holder and fences still grow. What degrades
+// is waiting: each version sees only its own waiters, so a Client takes a
+// free lock past the other version's waiters (as a peer such as redis-py
+// does), and a release hands over only to its own version's waiters; the
+// other version's waiters find the lock free when they next ask, at the
+// holder's expiry or their refresh (at most a second, or TTL/4, later).
+// Once the old Clients are gone, their B:queue expires by itself.
 //
 // # Redis Cluster failover
 //

@@ -18,7 +18,7 @@ func FenceKey(lock string) string { return keysFor(lock).fence }
 // that separate the driver's cost from the portable layer's.
 func NewDriver(c goredis.UniversalClient) driver.Backend { return newBackend(c, false) }
 
-// QueueKey is the waiter queue of the lock key lock.
+// QueueKey is the waiter line (a list) of the lock key lock.
 func QueueKey(lock string) string { return keysFor(lock).queue }
 
 // WaitKey is the liveness key of a waiter queued under token on lock.

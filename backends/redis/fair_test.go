@@ -14,13 +14,13 @@ import (
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
-// queued polls the server until n waiters are in name's queue (a state the
+// queued polls the server until n entries are in name's waiter line (a state the
 // server reports, not a sleep), failing after 10s.
 func queued(t *testing.T, rc goredis.UniversalClient, name string, n int64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		got, err := rc.ZCard(t.Context(), redis.QueueKey(name)).Result()
+		got, err := rc.LLen(t.Context(), redis.QueueKey(name)).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +145,7 @@ func TestCancelledWaiterLeavesLine(t *testing.T) {
 		done <- err
 	}()
 	queued(t, rc, n, 1)
-	token := rc.ZRange(ctx, redis.QueueKey(n), 0, 0).Val()[0]
+	token := rc.LIndex(ctx, redis.QueueKey(n), 0).Val()
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Acquire returned %v, want context.Canceled", err)
@@ -173,7 +173,7 @@ func TestWaitersGoFirst(t *testing.T) {
 	ctx := t.Context()
 	n := name(t)
 	const ghost = "0123456789abcdef0123456789abcdef" // a waiter that died in line
-	rc.ZAdd(ctx, redis.QueueKey(n), goredis.Z{Score: 1, Member: ghost})
+	rc.RPush(ctx, redis.QueueKey(n), ghost)
 	rc.Set(ctx, redis.WaitKey(n, ghost), "30000", 300*time.Millisecond)
 	_, err := c.TryAcquire(ctx, n, hold)
 	if !errors.Is(err, fencelock.ErrNotAcquired) || !strings.Contains(err.Error(), "queued") {

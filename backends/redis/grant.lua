@@ -1,21 +1,34 @@
--- fencelock grant library: prepended to acquire.lua, release.lua and
--- abandon.lua (one source of truth for the fence and the waiter queue).
+-- fencelock grant library: inserted into acquire.lua, release.lua and
+-- abandon.lua (one source of truth for the fence and the waiter line),
+-- after their hot paths, which inline what they need of it: Lua defines a
+-- script's local functions each time it runs, so a path that returns
+-- before them does not pay for them.
 --
--- The waiter queue of a lock (see the package doc, Fair hand-off) is a
--- sorted set <base>:queue of waiting tokens, scored by arrival (server TIME
--- in µs), and, per waiting token, a liveness key <base>:wait:<token>
--- holding "<TTL in ms to grant it with>:<its Client's id>" (or the TTL
--- alone: the grant then goes to the release channel itself); the key
--- expires unless the waiter refreshes it, so a waiter that died drops out
--- of line by itself.
+-- The waiter line of a lock (see the package doc, Waiting) is a list
+-- (<base>:line:fencelock, or <base>:line:k:fencelock, see keys.go) of
+-- waiting tokens in arrival order, and, per waiting token, a liveness key
+-- <base>:wait:<token> holding "<TTL in ms to grant it with>:<its Client's
+-- id>" (or the TTL alone: the grant then goes to the release channel
+-- itself); the key expires unless the waiter refreshes it, so a waiter
+-- that died drops out of line by itself.
 -- Liveness keys are named here, not passed in KEYS: they share the lock's
 -- hash tag, hence its Cluster slot.
-
--- now_us is the server's time in µs (exact in a double until 2255).
-local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+--
+-- The line may hold a token more than once, or a token whose liveness key
+-- is gone: entries are removed only at the head (or by abandon.lua's LREM),
+-- and a waiter whose liveness lapsed (it stalled) joins again at the end
+-- when it refreshes (acquire.lua: SET ... GET found no liveness key).
+-- Such entries are harmless, because a hand-off grants the head's token
+-- only if GETDEL of its liveness key returns a value, and that same GETDEL
+-- deletes the key: each liveness key created (one queued attempt that
+-- found none) lets at most one grant through, and a stale entry reached
+-- later finds no key and is dropped. A token granted is never handed the
+-- lock again unless its own attempt, refused after that grant ended,
+-- queued it anew. The converse holds too, so that a live waiter is never
+-- out of line: every script that removes a token's entry deletes its
+-- liveness key in the same run (hand-offs and live_head's drops find it
+-- gone already), and acquire.lua keeps the line from expiring before any
+-- liveness key (and puts a refreshing waiter back in line if it is not).
 
 -- fence_of parses the fence key's value (nil: 0); false if not an integer.
 local function fence_of(v)
@@ -32,7 +45,8 @@ end
 -- stay below 2^53 until the year 2255, so Lua's doubles hold them exactly;
 -- string.format writes all the digits (tostring would round to 14).
 local function grant_fence(fence_key, stored)
-  local fence = now_us()
+  local t = redis.call('TIME')
+  local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
   if fence <= stored then
     fence = stored + 1
   end
@@ -40,62 +54,53 @@ local function grant_fence(fence_key, stored)
   return fence
 end
 
--- live_head drops waiters whose liveness key expired from the head of the
--- queue and returns the first live one and its liveness key's value, or
--- false. h, if given, is the queue's first token, already read.
-local function live_head(queue, base, h)
+-- live_head drops waiters whose liveness key is gone from the head of the
+-- line and returns the first live one, or false.
+local function live_head(line, base)
   while true do
-    h = h or redis.call('ZRANGE', queue, 0, 0)[1]
+    local h = redis.call('LINDEX', line, 0)
     if not h then
       return false
     end
-    local w = redis.call('GET', base .. ':wait:' .. h)
-    if w then
-      return h, w
+    if redis.call('EXISTS', base .. ':wait:' .. h) == 1 then
+      return h
     end
-    redis.call('ZREM', queue, h)
-    h = nil
+    redis.call('LPOP', line)
   end
 end
 
--- enqueue puts token in line (keeping its place if it is already there)
--- and (re)starts its liveness: live ms, after which it drops out unless
--- refreshed. cid is the waiter's Client id (hex; '' for none): its grant
--- is published on <channel>:<cid>, which only that Client subscribes to.
--- The queue itself expires when no waiter refreshes it.
-local function enqueue(queue, wait_key, token, ttl, live, cid)
-  if cid ~= '' then
-    ttl = ttl .. ':' .. cid
+-- hand_off gives the lock, which the calling script found held under the
+-- token it releases, to the first live waiter in line: it pops entries
+-- until GETDEL returns one's liveness key (see above), overwrites the lock
+-- key with that waiter's token and TTL, issues a new fence, and publishes
+-- 'grant <token> <fence>' on its Client's grant channel, <channel>:<cid>
+-- (one subscriber, not every waiting Client). With no live waiter, or a
+-- fence key that is not an integer (stored false), it deletes the lock key
+-- and publishes the lock key on the channel (a plain release notice, heard
+-- by every waiting Client). This is release.lua's hot path, generalised.
+local function hand_off(lock, fence_key, line, channel, base, stored)
+  local h, w
+  while stored do
+    h = redis.call('LPOP', line)
+    if not h then
+      break
+    end
+    w = redis.call('GETDEL', base .. ':wait:' .. h)
+    if w then
+      break
+    end
   end
-  redis.call('SET', wait_key, ttl, 'PX', live)
-  -- NX: a new waiter joins at the end; one already in line keeps its place.
-  redis.call('ZADD', queue, 'NX', string.format('%d', now_us()), token)
-  local keep = 2 * tonumber(live)
-  if redis.call('PTTL', queue) < keep then
-    redis.call('PEXPIRE', queue, keep)
-  end
-end
-
--- hand_off runs after the lock key was deleted: it grants the lock to the
--- first live waiter in the queue, under that waiter's token and TTL, with
--- a new fence, and publishes 'grant <token> <fence>' on its Client's grant
--- channel, <channel>:<cid> (one subscriber, not every waiting Client); with
--- no live waiter it publishes the lock key on the channel (a plain release
--- notice, heard by every waiting Client). first, if given, is the queue's
--- first token, already read.
-local function hand_off(lock, fence_key, queue, channel, base, first)
-  local h, ttl = live_head(queue, base, first)
-  local stored = h and fence_of(redis.call('GET', fence_key))
-  if not h or not stored then
+  if not w then
+    redis.call('DEL', lock)
     redis.call('PUBLISH', channel, lock)
     return
   end
-  local t, cid = string.match(ttl, '^(%d+):(%x+)$')
-  if t then
-    ttl, channel = t, channel .. ':' .. cid
+  local ttl, cid = string.match(w, '^(%d+):(%x+)$')
+  if ttl then
+    channel = channel .. ':' .. cid
+  else
+    ttl = w
   end
-  redis.call('ZREM', queue, h)
-  redis.call('DEL', base .. ':wait:' .. h)
   redis.call('SET', lock, h, 'PX', ttl)
   local fence = grant_fence(fence_key, stored)
   redis.call('PUBLISH', channel, 'grant ' .. h .. ' ' .. string.format('%d', fence))

@@ -11,8 +11,8 @@ type keys struct {
 	lock    string // the lock key: the (prefixed) name as given, or escaped (see lockKey)
 	fence   string // the fence counter; no TTL, never deleted
 	channel string // the pub/sub channel Release publishes to
-	queue   string // the waiter queue (a sorted set of tokens)
-	base    string // the hash-tagged base of fence, channel and queue
+	queue   string // the waiter line (a list of tokens): base + lineSuffix
+	base    string // the hash-tagged base of fence, channel and line
 }
 
 // void is the key that marks an abandoned acquire attempt's token.
@@ -27,8 +27,33 @@ func (k keys) wait(token string) string { return k.base + ":wait:" + token }
 func keysFor(name string) keys {
 	lock := lockKey(name)
 	base := slotBase(lock)
-	return keys{lock: lock, fence: base + ":fence", channel: base + ":released", queue: base + ":queue", base: base}
+	line := base + lineSuffix
+	if base != lock {
+		line = base + bracedLineSuffix
+	}
+	return keys{lock: lock, fence: base + ":fence", channel: base + ":released", queue: line, base: base}
 }
+
+// The waiter line is a list, which replaced the sorted set <base>:queue of
+// earlier versions. Its name ends in escapeSuffix, a suffix reserved since
+// before the line existed, so that no lock key of this version or of an
+// earlier one can be a line (a name spelling it is escaped by both), and
+// no lock key changed when the line came: the set of reserved names is the
+// same (see the package doc, Mixed versions). ":queue" stays reserved for
+// the same reason.
+//
+// Two lock keys can share a base: a key with a hash tag is its own base,
+// and the base made for a key without one, such as "{a}" for "a", is
+// another valid lock key. A shared fence key or channel is harmless (the
+// fence only grows; grants name their token), but a shared line would let
+// a release hand a lock to another lock's waiter. So the line of a lock
+// key that is its own base ends in lineSuffix, and that of any other in
+// bracedLineSuffix, which never ends in lineSuffix: distinct lock keys
+// have distinct lines.
+const (
+	lineSuffix       = ":line" + escapeSuffix
+	bracedLineSuffix = ":line:k" + escapeSuffix
+)
 
 // escapeSuffix is appended to the lock key of a name that could otherwise
 // be one of the keys the backend derives from another name (see lockKey).
@@ -38,14 +63,17 @@ const escapeSuffix = ":fencelock"
 // redis-py and redsync, which lock the key exactly as named, interoperate),
 // unless name is reserved, in which case name + escapeSuffix.
 //
-// Every derived key (fence, channel, queue, void, wait) is a base with a
-// valid hash tag followed by ":fence", ":released", ":queue", or ":void:"
-// or ":wait:" and a 32-hex token; a
+// Every derived key (fence, channel, line, void, wait) is a base with a
+// valid hash tag followed by ":fence", ":released", a line suffix, or ":void:"
+// or ":wait:" and a 32-hex token (":queue", the waiter queue of earlier
+// versions, stays reserved too); a
 // suffix without braces leaves the hash tag where it was. So a name can be
 // a derived key only if it has a valid hash tag and ends in one of those
 // suffixes; such names are reserved, and so are hash-tagged names ending in
 // escapeSuffix, so that the escaped keys are distinct from every unescaped
-// one. The escaped key keeps the name's hash tag, hence its Cluster slot,
+// one. A line ends in escapeSuffix, yet is no escaped key: an escaped key
+// is a reserved name plus escapeSuffix, and neither base + ":line" nor
+// base + ":line:k" is reserved. The escaped key keeps the name's hash tag, hence its Cluster slot,
 // and ends in escapeSuffix, which no derived key does: lock keys and
 // derived keys never meet, and distinct names have distinct lock keys.
 func lockKey(name string) string {

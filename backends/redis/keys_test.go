@@ -8,16 +8,16 @@ import (
 )
 
 func TestKeysForDocumentedExamples(t *testing.T) {
-	for _, tc := range []struct{ lock, fence, channel string }{
-		{"orders:42", "{orders:42}:fence", "{orders:42}:released"},
-		{"{user:7}:jobs", "{user:7}:jobs:fence", "{user:7}:jobs:released"},
-		{"a{b", "{a{b}:fence", "{a{b}:released"},            // no '}': the whole key is the tag
-		{"ü/日本", "{ü/日本}:fence", "{ü/日本}:released"},         // bytes, not runes
-		{"x{y}z{w}", "x{y}z{w}:fence", "x{y}z{w}:released"}, // first tag wins
+	for _, tc := range []struct{ lock, fence, channel, line string }{
+		{"orders:42", "{orders:42}:fence", "{orders:42}:released", "{orders:42}:line:k:fencelock"},
+		{"{user:7}:jobs", "{user:7}:jobs:fence", "{user:7}:jobs:released", "{user:7}:jobs:line:fencelock"},
+		{"a{b", "{a{b}:fence", "{a{b}:released", ""},            // no '}': the whole key is the tag
+		{"ü/日本", "{ü/日本}:fence", "{ü/日本}:released", ""},         // bytes, not runes
+		{"x{y}z{w}", "x{y}z{w}:fence", "x{y}z{w}:released", ""}, // first tag wins
 	} {
 		k := keysFor(tc.lock)
-		if k.lock != tc.lock || k.fence != tc.fence || k.channel != tc.channel {
-			t.Errorf("keysFor(%q) = %+v, want fence %q channel %q", tc.lock, k, tc.fence, tc.channel)
+		if k.lock != tc.lock || k.fence != tc.fence || k.channel != tc.channel || tc.line != "" && k.queue != tc.line {
+			t.Errorf("keysFor(%q) = %+v, want fence %q channel %q line %q", tc.lock, k, tc.fence, tc.channel, tc.line)
 		}
 	}
 }
@@ -88,7 +88,7 @@ func TestMillisRoundsUp(t *testing.T) {
 // lock key or any name's fence, channel or void key, and unreserved names
 // map to themselves.
 func TestLockKeysNeverMeetDerivedKeys(t *testing.T) {
-	parts := []string{"x", "{", "}", "{x}", ":fence", ":released", ":fencelock", ":void:", ":wait:", ":queue", "0123456789abcdef0123456789abcdef", ":"}
+	parts := []string{"x", "{", "}", "{x}", ":fence", ":released", ":fencelock", ":void:", ":wait:", ":queue", ":line", ":k", "0123456789abcdef0123456789abcdef", ":"}
 	names := map[string]bool{}
 	var gen func(prefix string, depth int)
 	gen = func(prefix string, depth int) {
@@ -105,6 +105,7 @@ func TestLockKeysNeverMeetDerivedKeys(t *testing.T) {
 	gen("", 4)
 	const tok = "0123456789abcdef0123456789abcdef"
 	lockOf := map[string]string{}
+	lineOf := map[string]string{}
 	derived := map[string]string{}
 	for n := range names {
 		k := keysFor(n)
@@ -112,6 +113,10 @@ func TestLockKeysNeverMeetDerivedKeys(t *testing.T) {
 			t.Fatalf("names %q and %q share lock key %q", n, other, k.lock)
 		}
 		lockOf[k.lock] = n
+		if other, dup := lineOf[k.queue]; dup {
+			t.Fatalf("names %q and %q share waiter line %q", n, other, k.queue)
+		}
+		lineOf[k.queue] = n
 		for _, d := range []string{k.fence, k.channel, k.queue, k.void(tok), k.wait(tok)} {
 			derived[d] = n
 		}
