@@ -35,7 +35,7 @@ func wantLine(t *testing.T, b *backend, k keys, when string, want ...string) {
 // a refusal.
 func queue(t *testing.T, b *backend, k keys, req driver.AcquireRequest, live time.Duration) {
 	t.Helper()
-	if _, err := b.attempt(t.Context(), k, req, live); !errors.Is(err, driver.ErrNotAcquired) {
+	if _, err := b.attempt(t.Context(), k, req, live, b.hub.id); !errors.Is(err, driver.ErrNotAcquired) {
 		t.Fatalf("queued attempt of %s: %v, want ErrNotAcquired", req.Token[:4], err)
 	}
 }
@@ -160,7 +160,7 @@ func TestFreeLockGoesToHead(t *testing.T) {
 		t.Fatalf("TryAcquire of a free lock with waiters in line: %v, want refused, waiters queued first", err)
 	}
 	queue(t, b, k, reqC, 30*time.Second) // C is second: refused
-	lb, err := b.attempt(ctx, k, reqB, 30*time.Second)
+	lb, err := b.attempt(ctx, k, reqB, 30*time.Second, b.hub.id)
 	if err != nil {
 		t.Fatalf("the head's attempt on the free lock: %v", err)
 	}

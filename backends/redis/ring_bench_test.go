@@ -89,7 +89,7 @@ func BenchmarkScriptRing(b *testing.B) {
 	}
 	l := first.(*lease)
 	join := func(i int) {
-		if _, err := bk.attempt(ctx, k, reqs[i], live); err == nil {
+		if _, err := bk.attempt(ctx, k, reqs[i], live, bk.hub.id); err == nil {
 			b.Fatalf("token %d was granted a held lock", i)
 		}
 	}
