@@ -22,6 +22,7 @@ func TestURLOptions(t *testing.T) {
 		cluster bool
 		pool    int
 		tls     bool
+		proto   int // 0: 2
 	}{
 		{url: "redis://127.0.0.1:6379", addrs: []string{"127.0.0.1:6379"}},
 		{url: "redis://localhost", addrs: []string{"localhost:6379"}},
@@ -33,6 +34,8 @@ func TestURLOptions(t *testing.T) {
 		{url: "redis://?addr=[::1]:7000&addr=[::1]:7001", addrs: []string{"[::1]:7000", "[::1]:7001"}, cluster: true},
 		{url: "redis://[::1]/1", addrs: []string{"[::1]:6379"}, db: 1},
 		{url: "rediss://cache.example.com:6380", addrs: []string{"cache.example.com:6380"}, tls: true},
+		{url: "redis://h?protocol=3", addrs: []string{"h:6379"}, proto: 3},
+		{url: "redis://h?protocol=2", addrs: []string{"h:6379"}, proto: 2},
 	} {
 		u, err := url.Parse(tc.url)
 		if err != nil {
@@ -44,9 +47,10 @@ func TestURLOptions(t *testing.T) {
 			continue
 		}
 		if !slices.Equal(o.Addrs, tc.addrs) || o.DB != tc.db || o.Username != tc.user || o.Password != tc.pass ||
-			o.IsClusterMode != tc.cluster || o.PoolSize != tc.pool || (o.TLSConfig != nil) != tc.tls || !o.ContextTimeoutEnabled {
-			t.Errorf("%s: got addrs %v db %d user %q pass %q cluster %v pool %d tls %v ctxTimeout %v",
-				tc.url, o.Addrs, o.DB, o.Username, o.Password, o.IsClusterMode, o.PoolSize, o.TLSConfig != nil, o.ContextTimeoutEnabled)
+			o.IsClusterMode != tc.cluster || o.PoolSize != tc.pool || (o.TLSConfig != nil) != tc.tls || !o.ContextTimeoutEnabled ||
+			o.Protocol != max(tc.proto, 2) {
+			t.Errorf("%s: got addrs %v db %d user %q pass %q cluster %v pool %d tls %v ctxTimeout %v protocol %d",
+				tc.url, o.Addrs, o.DB, o.Username, o.Password, o.IsClusterMode, o.PoolSize, o.TLSConfig != nil, o.ContextTimeoutEnabled, o.Protocol)
 		}
 		if tc.tls && o.TLSConfig.ServerName != "cache.example.com" {
 			t.Errorf("%s: TLS server name %q", tc.url, o.TLSConfig.ServerName)
@@ -65,6 +69,9 @@ func TestURLOptionsInvalid(t *testing.T) {
 		"redis://h/-1",
 		"redis://h?pool_size=0",
 		"redis://h?pool_size=x",
+		"redis://h?protocol=1",
+		"redis://h?protocol=4",
+		"redis://h?protocol=resp3",
 		"redis://h:0",
 		"redis://h:99999",
 		"redis://",
