@@ -67,7 +67,9 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return nil, time.Time{}, driver.ErrClosed
 	}
 	if b.lane.take() {
-		l, sent, err, done := b.blockLane(ctx, k, req)
+		stop := b.lane.closeOnEnd(ctx)
+		l, sent, err, done := b.block(ctx, k, req, &laneWait{lane: b.lane, k: k, token: req.Token})
+		stop()
 		b.lane.put()
 		if _, fallback := err.(errLane); !fallback {
 			if err != nil && !done {
@@ -76,14 +78,16 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			}
 			return l, sent, err
 		}
-		// The lane's connection could not be set up: wait through the hub.
+		// The lane's connection could not be set up: wait through the hub
+		// (its attempts, under the same token, answer a grant the lane
+		// missed).
 	}
 	w := &waiter{channel: k.channel, lock: k.lock, token: req.Token, wake: make(chan struct{}, 1)}
 	if err := b.hub.register(w); err != nil {
 		return nil, time.Time{}, err
 	}
 	defer b.hub.leave(w)
-	l, sent, err, done := b.block(ctx, k, req, w)
+	l, sent, err, done := b.block(ctx, k, req, &hubWait{hub: b.hub, w: w})
 	if err != nil && !done {
 		// Leave the line, and release a grant handed to us meanwhile.
 		return nil, time.Time{}, b.cleanup(ctx, k, req, err)
@@ -91,80 +95,53 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	return l, sent, err
 }
 
-// block is Acquire's loop once w is registered. done reports an error from
-// an attempt, which already cleaned up after itself (TryAcquire's
-// contract).
-func (b *backend) block(ctx context.Context, k keys, req driver.AcquireRequest, w *waiter) (_ driver.Lease, _ time.Time, _ error, done bool) {
-	every := refresh(req.TTL)
-	live := liveness(every)
-	var queued time.Time // when the last attempt that left us in line was sent
-	for {
-		msgs, epoch, err := b.hub.mark(ctx, w)
-		if err != nil {
-			return nil, time.Time{}, err, false
-		}
-		if fence := b.hub.granted(w); fence != 0 {
-			// Handed to us by a release, after our last attempt ran
-			// (that attempt was refused): the TTL started after queued.
-			if time.Since(queued) <= req.TTL/2 {
-				return b.newLease(k, req, fence, queued), queued, nil, true
-			}
-			// Stalled since: most of the TTL may be gone. Attempt again:
-			// if the grant is still ours, the script answers it and
-			// restarts its TTL, so the lease counts from that attempt.
-			b.hub.clearGrant(w)
-		}
-		sent := time.Now()
-		l, err := b.attempt(ctx, k, req, live, b.hub.id)
-		if !errors.Is(err, driver.ErrNotAcquired) {
-			return l, sent, err, true
-		}
-		queued = sent
-		next, void := nextAttempt(err, every)
-		if void {
-			return nil, time.Time{}, err, true
-		}
-		if err := b.hub.awaitRelease(ctx, w, msgs, epoch, next); err != nil {
-			return nil, time.Time{}, err, false
-		}
-	}
+// grants is how a queued waiter hears of its grant: the lane (lane.go) or
+// the hub (waiter.go).
+type grants interface {
+	// ready returns once a grant published for the waiter would reach it
+	// (its subscription is confirmed on the current connection), with the
+	// fence of a grant heard already (0: none).
+	ready(ctx context.Context) (uint64, error)
+	// forget drops a grant heard already (the waiter attempts again).
+	forget()
+	// await waits up to d for a grant (its fence), a release notice or a
+	// broken connection (0: attempt again).
+	await(ctx context.Context, d time.Duration) (uint64, error)
+	// id is the Client id the waiter queues under: grants are published on
+	// <channel>:<id>.
+	id() string
 }
 
-// blockLane is block on the lane (lane.go), which the caller took. An
-// errLane means the lane's connection could not be set up: the caller then
-// waits through the hub (its attempts, under the same token, answer a
-// grant the lane missed).
-func (b *backend) blockLane(ctx context.Context, k keys, req driver.AcquireRequest) (_ driver.Lease, _ time.Time, _ error, done bool) {
-	ln := b.lane
-	// A blocked read ends only when its connection closes: ctx's end
-	// closes it. Wait for that to finish before the lane is given back.
-	aborted := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() { ln.drop(); close(aborted) })
-	defer func() {
-		if !stop() {
-			<-aborted
-		}
-	}()
+// block is Acquire's loop once the waiter can hear its grants through g.
+// done reports an error from an attempt, which already cleaned up after
+// itself (TryAcquire's contract).
+func (b *backend) block(ctx context.Context, k keys, req driver.AcquireRequest, g grants) (_ driver.Lease, _ time.Time, _ error, done bool) {
 	every := refresh(req.TTL)
 	live := liveness(every)
 	var queued time.Time // when the last attempt that left us in line was sent
-	var fence uint64     // a grant handed to us after that attempt
+	var fence uint64     // a grant heard since
 	for {
-		f, err := ln.ready(ctx, k, req.Token)
+		f, err := g.ready(ctx)
 		if err != nil {
 			return nil, time.Time{}, err, false
 		}
 		if f != 0 {
 			fence = f
 		}
-		if fence != 0 && !queued.IsZero() {
-			// As in block: the grant's TTL started after queued.
-			if time.Since(queued) <= req.TTL/2 {
+		if fence != 0 {
+			// Handed to us by a release, after our last attempt ran
+			// (that attempt was refused): the TTL started after queued.
+			if !queued.IsZero() && time.Since(queued) <= req.TTL/2 {
 				return b.newLease(k, req, fence, queued), queued, nil, true
 			}
+			// Stalled since: most of the TTL may be gone. Attempt again:
+			// if the grant is still ours, the script answers it and
+			// restarts its TTL, so the lease counts from that attempt.
+			g.forget()
+			fence = 0
 		}
 		sent := time.Now()
-		l, err := b.attempt(ctx, k, req, live, ln.id)
+		l, err := b.attempt(ctx, k, req, live, g.id())
 		if !errors.Is(err, driver.ErrNotAcquired) {
 			return l, sent, err, true
 		}
@@ -173,11 +150,37 @@ func (b *backend) blockLane(ctx context.Context, k keys, req driver.AcquireReque
 		if void {
 			return nil, time.Time{}, err, true
 		}
-		if fence, err = ln.await(ctx, k, req.Token, next); err != nil {
+		if fence, err = g.await(ctx, next); err != nil {
 			return nil, time.Time{}, err, false
 		}
 	}
 }
+
+// hubWait is a waiter registered with the hub.
+type hubWait struct {
+	hub         *hub
+	w           *waiter
+	msgs, epoch uint64 // what mark saw before the last attempt
+}
+
+func (h *hubWait) ready(ctx context.Context) (uint64, error) {
+	var err error
+	if h.msgs, h.epoch, err = h.hub.mark(ctx, h.w); err != nil {
+		return 0, err
+	}
+	return h.hub.granted(h.w), nil
+}
+
+func (h *hubWait) forget() { h.hub.clearGrant(h.w) }
+
+func (h *hubWait) await(ctx context.Context, d time.Duration) (uint64, error) {
+	if err := h.hub.awaitRelease(ctx, h.w, h.msgs, h.epoch, d); err != nil {
+		return 0, err
+	}
+	return h.hub.granted(h.w), nil
+}
+
+func (h *hubWait) id() string { return h.hub.id }
 
 // nextAttempt is how long a refused queued attempt waits before the next
 // one at most (the holder's remaining TTL, capped by every), and whether

@@ -138,6 +138,33 @@ func (l *lane) close() {
 // ch to the lane's waiter.
 func (l *lane) grantChannel(ch string) string { return ch + ":" + l.id }
 
+// closeOnEnd drops the lane's connection when ctx ends: a blocked read
+// ends only when its connection closes. The returned stop waits for a drop
+// that started, so that the lane is not given back half dropped.
+func (l *lane) closeOnEnd(ctx context.Context) (stop func()) {
+	dropped := make(chan struct{})
+	s := context.AfterFunc(ctx, func() { l.drop(); close(dropped) })
+	return func() {
+		if !s() {
+			<-dropped
+		}
+	}
+}
+
+// laneWait is a blocked Acquire's waiter on the lane (blocker.go's grants).
+type laneWait struct {
+	lane  *lane
+	k     keys
+	token string
+}
+
+func (w *laneWait) ready(ctx context.Context) (uint64, error) { return w.lane.ready(ctx, w.k, w.token) }
+func (w *laneWait) forget()                                   {} // block holds the lane's grants itself
+func (w *laneWait) await(ctx context.Context, d time.Duration) (uint64, error) {
+	return w.lane.await(ctx, w.k, w.token, d)
+}
+func (w *laneWait) id() string { return w.lane.id }
+
 // ended is why a wait on the lane must stop: ctx's error or ErrClosed.
 func (l *lane) ended(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
