@@ -69,7 +69,7 @@ func (e *Env) start(ctx context.Context, store string) error {
 		e.cleanups = append(e.cleanups, stop)
 		e.Servers[store] = redisVersion(ctx, r.Addr())
 		e.Impls = append(e.Impls,
-			fencelockImpl("redis/fencelock", store, r.URL(), fencelockNotes),
+			fencelockImpl("redis/fencelock", store, r.URL(), fencelockNotes+"; its go-redis client speaks RESP2 (the URL default; the peers keep go-redis's RESP3)"),
 			redislockImpl(r.Addr()),
 			redsyncImpl("redis/redsync", store, []string{r.Addr()}))
 		e.Floors = append(e.Floors, pingFloor(r.Addr()))
