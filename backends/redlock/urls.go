@@ -41,6 +41,10 @@ func init() {
 //	                    addr=[::1]:6379); addr=rediss://host:port connects
 //	                    to that one with TLS
 //	pool_size=N         connections per primary (go-redis default: 10 per CPU)
+//	protocol=2|3        RESP version (default 2; go-redis's own default is 3):
+//	                    as for redis:// (see package redis), the backend uses
+//	                    nothing RESP3 adds, and go-redis checks for pending
+//	                    RESP3 push messages before every reply it reads
 //
 // Each go-redis client it makes has ContextTimeoutEnabled set (the
 // caller's ctx bounds every call), no retries (another primary's answer is
@@ -84,7 +88,7 @@ func (o *URLOpener) options(u *url.URL) ([]*goredis.Options, error) {
 		return nil, fmt.Errorf("%w: scheme %q: use redlock://", driver.ErrInvalid, u.Scheme)
 	}
 	q := u.Query()
-	if err := fencelock.UnknownParams(q, "addr", "pool_size"); err != nil {
+	if err := fencelock.UnknownParams(q, "addr", "pool_size", "protocol"); err != nil {
 		return nil, err
 	}
 	for k, vs := range q {
@@ -102,6 +106,7 @@ func (o *URLOpener) options(u *url.URL) ([]*goredis.Options, error) {
 	}
 	var base goredis.Options
 	base.ContextTimeoutEnabled = true
+	base.Protocol = 2
 	base.MaxRetries = -1
 	// A primary that refuses connections is down: say so at once rather
 	// than after go-redis's default 5 dials 100ms apart.
@@ -123,6 +128,12 @@ func (o *URLOpener) options(u *url.URL) ([]*goredis.Options, error) {
 			return nil, fmt.Errorf("%w: database %q in %q: want a number such as /0", driver.ErrInvalid, p, u.Redacted())
 		}
 		base.DB = db
+	}
+	if v := q.Get("protocol"); v != "" {
+		if v != "2" && v != "3" {
+			return nil, fmt.Errorf("%w: protocol=%q: want 2 or 3 (the RESP version)", driver.ErrInvalid, v)
+		}
+		base.Protocol = int(v[0] - '0')
 	}
 	if v := q.Get("pool_size"); v != "" {
 		n, err := strconv.Atoi(v)

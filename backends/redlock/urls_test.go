@@ -19,6 +19,7 @@ func TestURLOptions(t *testing.T) {
 		pass  string
 		pool  int
 		tls   []bool
+		proto int // 0: 2
 	}{
 		{url: "redlock://h1:6379,h2:6379,h3:6379", addrs: []string{"h1:6379", "h2:6379", "h3:6379"}},
 		{url: "redlock://h1,h2,h3:7000,h4:7001,h5:7002/2", addrs: []string{"h1:6379", "h2:6379", "h3:7000", "h4:7001", "h5:7002"}, db: 2},
@@ -28,6 +29,7 @@ func TestURLOptions(t *testing.T) {
 		{url: "redlock://h1:1,h2:2?addr=[::1]:7000", addrs: []string{"h1:1", "h2:2", "[::1]:7000"}},
 		{url: "redlock://h1:1,h2:2?addr=rediss://secure.example.com:6380", addrs: []string{"h1:1", "h2:2", "secure.example.com:6380"}, tls: []bool{false, false, true}},
 		{url: "redlock://h1:1,h2:2?addr=redis://h3:3", addrs: []string{"h1:1", "h2:2", "h3:3"}},
+		{url: "redlock://h1:1,h2:2,h3:3?protocol=3", addrs: []string{"h1:1", "h2:2", "h3:3"}, proto: 3},
 	} {
 		u, err := url.Parse(tc.url)
 		if err != nil {
@@ -49,9 +51,10 @@ func TestURLOptions(t *testing.T) {
 		for i, o := range os {
 			wantTLS := tc.tls != nil && tc.tls[i]
 			if o.Addr != tc.addrs[i] || o.DB != tc.db || o.Username != tc.user || o.Password != tc.pass || o.PoolSize != tc.pool ||
-				(o.TLSConfig != nil) != wantTLS || !o.ContextTimeoutEnabled || o.MaxRetries != -1 || o.ClientName != name {
-				t.Errorf("%s: primary %d: addr %q db %d user %q pass %q pool %d tls %v ctxTimeout %v retries %d name %q",
-					tc.url, i, o.Addr, o.DB, o.Username, o.Password, o.PoolSize, o.TLSConfig != nil, o.ContextTimeoutEnabled, o.MaxRetries, o.ClientName)
+				(o.TLSConfig != nil) != wantTLS || !o.ContextTimeoutEnabled || o.MaxRetries != -1 || o.ClientName != name ||
+				o.Protocol != max(tc.proto, 2) {
+				t.Errorf("%s: primary %d: addr %q db %d user %q pass %q pool %d tls %v ctxTimeout %v retries %d name %q protocol %d",
+					tc.url, i, o.Addr, o.DB, o.Username, o.Password, o.PoolSize, o.TLSConfig != nil, o.ContextTimeoutEnabled, o.MaxRetries, o.ClientName, o.Protocol)
 			}
 			if wantTLS && o.TLSConfig.ServerName != "secure.example.com" {
 				t.Errorf("%s: TLS server name %q", tc.url, o.TLSConfig.ServerName)
@@ -92,6 +95,7 @@ func TestURLOptionsInvalid(t *testing.T) {
 		"redlock://h1:1,h2:2,h3:3/x",            // bad db
 		"redlock://h1:1,h2:2,h3:3/-1",           // bad db
 		"redlock://h1:1,h2:2,h3:3?pool_size=0",  // bad pool
+		"redlock://h1:1,h2:2,h3:3?protocol=4",   // bad RESP version
 		"redlock://h1:1,h2:2,h3:3?pool_size=1&pool_size=2",
 		"redis://h1:1,h2:2,h3:3", // wrong scheme
 	} {
