@@ -82,7 +82,7 @@ func (e *Env) start(ctx context.Context, store string) error {
 		e.cleanups = append(e.cleanups, stop)
 		e.Servers[store] = "5 × " + redisVersion(ctx, m.Addrs()[0])
 		e.Impls = append(e.Impls,
-			fencelockImpl("redlock5/fencelock", store, m.URL(), fencelockNotes),
+			fencelockImpl("redlock5/fencelock", store, m.URL(), fencelockNotes+"; its go-redis clients speak RESP2 (the URL default; the peers keep go-redis's RESP3)"),
 			redsyncImpl("redlock5/redsync", store, m.Addrs()))
 		var procs []*testserver.Proc
 		for _, n := range m.Nodes {
