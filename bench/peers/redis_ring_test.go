@@ -24,7 +24,7 @@ import (
 // time per grant of this process and of the server; compare with the
 // contended columns of `make bench-peers` (same 8 clients).
 //
-// Three modes:
+// Four modes:
 //
 //   - plain: the hand-off is a PUBLISH, the re-ask a SET; each client's
 //     messages reach its worker through go-redis's PubSub.Channel (a
@@ -34,6 +34,9 @@ import (
 //     hand-off's PUBLISHes) with the keys and arguments the redis backend
 //     sends for a release and a blocked acquire: what the scripts'
 //     transport costs without their logic.
+//   - reserve: as scripts, without the re-ask: what a fair hand-off would
+//     cost if the release script also queued the releaser for its next
+//     turn (one script and one round trip per grant instead of two).
 //   - direct: as plain, but each worker reads its own subscription
 //     (PubSub.ReceiveTimeout), as the redis backend's lane does: what one
 //     goroutine wake-up fewer per grant is worth.
@@ -42,7 +45,7 @@ import (
 //
 //	cd bench && go test -run XXX -bench RedisRing -benchtime 3x ./peers/
 func BenchmarkRedisRing(b *testing.B) {
-	for _, mode := range []string{"plain", "scripts", "direct"} {
+	for _, mode := range []string{"plain", "scripts", "direct", "reserve"} {
 		b.Run(mode, func(b *testing.B) { ring(b, mode) })
 	}
 }
@@ -74,11 +77,14 @@ func ring(b *testing.B, mode string) {
 	}
 	// pass hands the token on and re-asks, as the mode says.
 	pass := func(c *goredis.Client, i int, next, token string) error {
-		if mode == "scripts" {
+		if mode == "scripts" || mode == "reserve" {
 			keys := []string{"ring", "{ring}:fence", "{ring}:line:fencelock"}
 			const tok, cid = "cfe772b5f4f79d4e8364f3dd592453eb", "362c558c65935c92c627c915f99c5d98"
 			if err := ringRelease.Run(ctx, c, keys, tok, next, token).Err(); err != nil {
 				return err
+			}
+			if mode == "reserve" {
+				return nil // the release script re-queued its caller: no re-ask
 			}
 			return ringAcquire.Run(ctx, c, keys, tok, 30000, 3000, "{ring}", cid).Err()
 		}
