@@ -130,4 +130,27 @@ type Capabilities struct {
 	FIFO bool
 	// NodeLoss is what losing a store node does to held locks.
 	NodeLoss NodeLoss
+
+	// The timing promises below are bounds the conformance suite holds
+	// the backend to, by URL too, with a tolerance for a loaded machine
+	// (see the conformance package). A zero value promises nothing.
+
+	// LossSignal bounds how soon a held lease ends after the store dropped
+	// it (an operator's delete, Admin.Expire, a session the store ended)
+	// when nothing renews it: its LossNotifier fires within LossSignal.
+	// Zero: the store does not tell, and the loss is found by the next
+	// renewal, Extend or Release, or at ValidUntil.
+	LossSignal time.Duration
+	// ReleaseWake bounds how soon after a Release a waiter blocked in
+	// Acquire on another Client is granted, however long that Client's
+	// Options.Backoff: the store notifies waiters or queues them. Zero:
+	// waiters poll, and find the lock free at their next attempt.
+	ReleaseWake time.Duration
+	// ExpiryWake bounds how soon a waiter blocked in Acquire is granted
+	// after an abandoned lock's TTL ran out in the store (its holder
+	// stopped renewing: a stall, a crash, a partition), counted from the
+	// holder's last successful acquire or renewal plus Lease.StoreTTL,
+	// however many times the waiter waited before. Zero: no bound beyond
+	// the waiter's own polling.
+	ExpiryWake time.Duration
 }

@@ -151,27 +151,6 @@ type Aser interface {
 	As(target any) bool
 }
 
-// Admin is implemented by a Backend that can act on its store out of band,
-// with the store's own administrative operations, the way an operator or a
-// fault would. The conformance suite's URL harness uses it, so that
-// `fencelock conformance --url` runs the loss checks against a deployed
-// store with nothing skipped. Client.As(*driver.Admin) reaches it.
-type Admin interface {
-	// Expire makes the store drop the lock whose store key is name at once,
-	// as if its TTL had passed (for example DEL, a lease revoke, a
-	// terminated backend); the holder is not told. It returns nil if the
-	// lock was not held.
-	Expire(ctx context.Context, name string) error
-
-	// KillSessions cuts, on the server side, every session and connection
-	// this backend holds locks through (CLIENT KILL, lease revoke,
-	// pg_terminate_backend, session close), as a network fault or a server
-	// restart would, so that the store drops the leases held through it
-	// (now, or when their TTL runs out unrenewed). The backend may reconnect
-	// afterwards for new requests.
-	KillSessions(ctx context.Context) error
-}
-
 // GrantedTTLer is implemented by a Lease whose store may keep the lock
 // longer than the TTL requested (etcd raises lease TTLs below its minimum;
 // ZooKeeper negotiates the session timeout). The portable layer keeps its

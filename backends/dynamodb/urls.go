@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -269,4 +270,20 @@ func CreateTable(ctx context.Context, c *ddb.Client, table string) error {
 		return classify(ctx, "create-table", table, err)
 	}
 	return nil
+}
+
+// RewriteStoreAddrs implements fencelock.AddrRewriter (the conformance
+// suite's fault proxy stands in front of the endpoint). Only a URL with an
+// http:// endpoint= (dynalite, DynamoDB Local) can be rewritten: AWS's
+// regional HTTPS endpoints are named by their certificates.
+func (o *URLOpener) RewriteStoreAddrs(u *url.URL, rewrite func(addr string) (string, error)) (*url.URL, error) {
+	ep := u.Query().Get("endpoint")
+	if !strings.HasPrefix(ep, "http://") {
+		return nil, fmt.Errorf("%w: only an endpoint=http://host:port URL can be rewritten (an HTTPS endpoint's certificate names its host)", driver.ErrInvalid)
+	}
+	u2 := *u
+	if _, err := fencelock.RewriteAddrParam(&u2, "endpoint", "80", rewrite); err != nil {
+		return nil, err
+	}
+	return &u2, nil
 }

@@ -121,3 +121,18 @@ func endpoints(hosts string) ([]string, error) {
 	}
 	return eps, nil
 }
+
+// RewriteStoreAddrs implements fencelock.AddrRewriter (the conformance
+// suite's fault proxy puts one listener in front of each endpoint). The
+// client does not sync its endpoints from the cluster's member list, so
+// every connection goes to the rewritten addresses.
+func (o *URLOpener) RewriteStoreAddrs(u *url.URL, rewrite func(addr string) (string, error)) (*url.URL, error) {
+	if o.Client.TLS != nil {
+		return nil, fmt.Errorf("%w: a TLS endpoint's server name cannot be rewritten to another address", driver.ErrInvalid)
+	}
+	u2 := *u
+	if err := fencelock.RewriteHostList(&u2, "2379", rewrite); err != nil {
+		return nil, err
+	}
+	return &u2, nil
+}

@@ -18,7 +18,7 @@ const (
 
 func init() {
 	fencelock.Register(Scheme, fencelock.URLOpenerFunc(openMem))
-	fencelock.Register(RPCScheme, fencelock.URLOpenerFunc(openRPC))
+	fencelock.Register(RPCScheme, rpcOpener{})
 }
 
 var (
@@ -57,4 +57,20 @@ func openRPC(ctx context.Context, u *url.URL) (driver.Backend, error) {
 		return nil, fmt.Errorf("%w: memrpc URL %q: want memrpc://HOST:PORT", fencelock.ErrInvalid, u.Redacted())
 	}
 	return dialRPC(ctx, u.Host)
+}
+
+// rpcOpener opens memrpc:// URLs, whose store address can be rewritten
+// (fencelock.AddrRewriter: the conformance suite's fault proxy).
+type rpcOpener struct{}
+
+func (rpcOpener) OpenBackendURL(ctx context.Context, u *url.URL) (driver.Backend, error) {
+	return openRPC(ctx, u)
+}
+
+func (rpcOpener) RewriteStoreAddrs(u *url.URL, rewrite func(addr string) (string, error)) (*url.URL, error) {
+	u2 := *u
+	if err := fencelock.RewriteHostList(&u2, "", rewrite); err != nil {
+		return nil, err
+	}
+	return &u2, nil
 }

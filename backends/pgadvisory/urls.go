@@ -139,3 +139,25 @@ func (o *URLOpener) config(u *url.URL) (*pgxpool.Config, *Config, error) {
 	}
 	return pc, cfg, nil
 }
+
+// RewriteStoreAddrs implements fencelock.AddrRewriter (the conformance
+// suite's fault proxy puts one listener in front of each host of the
+// URL's authority). Hosts given as host=, hostaddr= or port= parameters,
+// Unix sockets, and sslmode=verify-full (the certificate names the host)
+// are refused.
+func (o *URLOpener) RewriteStoreAddrs(u *url.URL, rewrite func(addr string) (string, error)) (*url.URL, error) {
+	q := u.Query()
+	for _, k := range []string{"host", "hostaddr", "port"} {
+		if q.Has(k) {
+			return nil, fmt.Errorf("%w: a URL with the %s= parameter cannot be rewritten; name the host in the authority", driver.ErrInvalid, k)
+		}
+	}
+	if q.Get("sslmode") == "verify-full" {
+		return nil, fmt.Errorf("%w: sslmode=verify-full checks the server's name, which a rewritten address would not match", driver.ErrInvalid)
+	}
+	u2 := *u
+	if err := fencelock.RewriteHostList(&u2, "5432", rewrite); err != nil {
+		return nil, err
+	}
+	return &u2, nil
+}

@@ -176,3 +176,23 @@ func (o *URLOpener) options(u *url.URL) (*goredis.UniversalOptions, error) {
 	}
 	return uo, nil
 }
+
+// RewriteStoreAddrs implements fencelock.AddrRewriter for one server's
+// redis:// URL (the conformance suite's fault proxy uses it). Redis Cluster
+// URLs are refused: the client learns the nodes' addresses from the
+// servers (CLUSTER SLOTS), past any rewritten address; so are rediss://
+// URLs, whose certificate names a rewritten address would not match.
+func (o *URLOpener) RewriteStoreAddrs(u *url.URL, rewrite func(addr string) (string, error)) (*url.URL, error) {
+	q := u.Query()
+	switch {
+	case u.Scheme != Scheme || o.TLSConfig != nil:
+		return nil, fmt.Errorf("%w: a TLS URL's server names cannot be rewritten to another address", driver.ErrInvalid)
+	case q.Get("cluster") == "true" || strings.Contains(u.Host, ",") || len(q["addr"]) > 0:
+		return nil, fmt.Errorf("%w: Redis Cluster clients learn node addresses from the servers; they cannot be rewritten", driver.ErrInvalid)
+	}
+	u2 := *u
+	if err := fencelock.RewriteHostList(&u2, "6379", rewrite); err != nil {
+		return nil, err
+	}
+	return &u2, nil
+}

@@ -188,3 +188,23 @@ func randHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// RewriteStoreAddrs implements fencelock.AddrRewriter (the conformance
+// suite's fault proxy puts one listener in front of each primary): the
+// primaries in the URL's host list, then its addr= parameters, in order.
+// TLS primaries are refused: their certificate names would not match.
+func (o *URLOpener) RewriteStoreAddrs(u *url.URL, rewrite func(addr string) (string, error)) (*url.URL, error) {
+	if o.TLSConfig != nil || strings.Contains(u.RawQuery, "rediss") {
+		return nil, fmt.Errorf("%w: a TLS primary's server name cannot be rewritten to another address", driver.ErrInvalid)
+	}
+	u2 := *u
+	if u2.Host != "" {
+		if err := fencelock.RewriteHostList(&u2, "6379", rewrite); err != nil {
+			return nil, err
+		}
+	}
+	if err := fencelock.RewriteHostParams(&u2, "addr", "6379", rewrite); err != nil {
+		return nil, err
+	}
+	return &u2, nil
+}

@@ -84,3 +84,13 @@ func servers(hosts string) ([]string, error) {
 	}
 	return s, nil
 }
+
+// RewriteStoreAddrs implements fencelock.AddrRewriter (the conformance
+// suite's fault proxy puts one listener in front of each server).
+func (o *URLOpener) RewriteStoreAddrs(u *url.URL, rewrite func(addr string) (string, error)) (*url.URL, error) {
+	u2 := *u
+	if err := fencelock.RewriteHostList(&u2, "2181", rewrite); err != nil {
+		return nil, err
+	}
+	return &u2, nil
+}
