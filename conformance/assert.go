@@ -90,3 +90,10 @@ func (l *errList) report(t TB, what string) {
 		t.Errorf("%s: and %d more errors", what, l.n-len(l.errs))
 	}
 }
+
+// promiseTol is the slack the suite gives a declared timing bound (a
+// Capabilities field such as ExpiryWake) on a loaded machine: the larger
+// of 250ms and half the bound. It is far below the defects the bounds
+// exist to catch (a waiter woken by a 1 s refresh instead of the store's
+// notice, a missed expiry found 300 ms late).
+func promiseTol(bound time.Duration) time.Duration { return max(250*time.Millisecond, bound/2) }

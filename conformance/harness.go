@@ -8,6 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Harness gives the suite access to one lock store. The suite makes a fresh
@@ -50,15 +51,6 @@ type LeakFilter interface {
 	IgnoreGoroutines() []goleak.Option
 }
 
-// PromptLoss is an optional Harness hook for a store that tells a holder at
-// once when it drops the holder's lease (the backend's leases implement
-// driver.LossNotifier for drops by Expirer.Expire). With it,
-// StoreSideLossSignalled also demands that a lease with AutoRenew off and a
-// long TTL, which no renewal could find lost, ends within the margin.
-type PromptLoss interface {
-	PromptLoss() bool
-}
-
 // RenewalStaller is an optional Harness hook for a harness that can make
 // the store slow: StallExtends makes every store-side Extend (renewal) of
 // leases held through c take d longer, until undo is called (undo may be
@@ -67,4 +59,25 @@ type PromptLoss interface {
 // while a renewal is in flight.
 type RenewalStaller interface {
 	StallExtends(c *fencelock.Client, d time.Duration) (undo func())
+}
+
+// Administered is an optional Harness hook: the backend's out-of-band
+// admin operations (driver.Admin, with whichever of the optional admin
+// hooks of package driver it also implements: FenceAdmin, QuorumAdmin,
+// QueueAdmin, LoadAdmin). The URL harness returns the backend's own. The
+// checks that a backend's declarations call for (a time-floored fence
+// must survive the loss of its stored state, a FIFO queue must refuse a
+// barging TryAcquire, ...) use them.
+type Administered interface {
+	Admin() driver.Admin
+}
+
+// Partitioner is an optional Harness hook: a new Client whose every
+// connection to the store passes through fault proxies the check controls
+// (one per store address, in the order the client's URL lists them), as
+// ProxyURL makes them. The suite closes the client, then the Faults. The
+// URL harness implements it for every backend whose URL opener implements
+// fencelock.AddrRewriter; the partition checks need it.
+type Partitioner interface {
+	PartitionedClient(ctx context.Context, opts *fencelock.Options) (*fencelock.Client, *Faults, error)
 }

@@ -103,7 +103,7 @@ func (o *RunOptions) selects(name string) bool {
 // Result is one check's outcome in Run.
 type Result struct {
 	Check    string
-	Outcome  string // "pass", "fail", "skip"
+	Outcome  string // "pass", "fail", "skip", "n/a" (the backend's declarations make the check irrelevant)
 	Detail   string // failure or skip messages
 	TimedOut bool   // the check hit its deadline
 	Elapsed  time.Duration
@@ -134,7 +134,7 @@ func RunConformanceTests(t *testing.T, newHarness HarnessMaker) {
 			r := &runT{name: t.Name(), test: t, top: topName(t.Name())}
 			runCheck(t.Context(), c, r, o, func(context.Context, TB) (Harness, error) { return h, nil })
 			r.finish()
-			if r.outcome() == "skip" {
+			if o := r.outcome(); o == "skip" || o == "n/a" {
 				t.Skip(strings.Join(r.msgs, "; "))
 			}
 		})
@@ -374,10 +374,33 @@ func (r *runT) outcome() string {
 	switch {
 	case r.failed:
 		return "fail"
+	case r.skipped && r.notApplicable():
+		return "n/a"
 	case r.skipped:
 		return "skip"
 	}
 	return "pass"
+}
+
+// notApplicable reports whether the check skipped itself as not
+// applicable (every message from notApplicable); r.mu is held.
+func (r *runT) notApplicable() bool {
+	for _, m := range r.msgs {
+		if !strings.HasPrefix(m, naPrefix) {
+			return false
+		}
+	}
+	return len(r.msgs) > 0
+}
+
+// naPrefix marks the skip message of a check that does not apply.
+const naPrefix = "n/a: "
+
+// notApplicable ends the check as not applicable to the backend: its
+// declarations make it irrelevant (reported as "n/a", not as a skip).
+func notApplicable(t TB, format string, args ...any) {
+	t.Helper()
+	t.Skipf(naPrefix+format, args...)
 }
 
 func (r *runT) detail() string {

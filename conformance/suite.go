@@ -10,10 +10,20 @@
 // run on a shared production cluster (what a backend keeps by design, such
 // as Redis fence keys, stays). The backend's Capabilities and the TTL the
 // store actually grants (Lease.StoreTTL) decide the TTLs and waits used;
-// optional Harness hooks (Expirer, SessionKiller, PromptLoss,
-// RenewalStaller, URL for the process-freeze check) enable more checks.
-// The URL harness takes Expirer and SessionKiller from the backend's
-// driver.Admin, so a deployed store gets the loss checks too.
+// optional Harness hooks (Expirer, SessionKiller, Administered,
+// Partitioner, RenewalStaller, URL for the process-freeze check) enable
+// more checks. What a backend promises comes from the backend: its
+// Capabilities (fence guarantee, FIFO, the timing bounds LossSignal,
+// ReleaseWake and ExpiryWake) decide what the checks demand, by URL too.
+// The URL harness takes Expirer, SessionKiller and Administered from the
+// backend's driver.Admin, and partitions a client from the store through
+// fault proxies (package netfault) in front of every store address, so a
+// deployed store gets the loss, partition and declared-defect checks too.
+//
+// A check that a backend's declarations make irrelevant (a quorum check
+// on one node, a FIFO check on a backend that does not promise FIFO) is
+// reported as not applicable ("n/a"), apart from a skip, which means a
+// check that applies could not run (a hook the harness lacks).
 //
 // The suite never hangs: every check runs under its own deadline (see
 // "Per-check deadline" in runner.go) and fails naming what it was waiting
@@ -241,6 +251,23 @@ func (h urlHarness) URL() string {
 }
 func (h urlHarness) Close() {}
 
+var _ Partitioner = urlHarness{}
+
+// PartitionedClient opens a client on the URL rewritten through fault
+// proxies (ProxyURL).
+func (h urlHarness) PartitionedClient(ctx context.Context, opts *fencelock.Options) (*fencelock.Client, *Faults, error) {
+	u, f, err := ProxyURL(h.url)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := fencelock.DefaultURLMux().Open(ctx, u, opts)
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return c, f, nil
+}
+
 // adminHarness is a urlHarness whose backend has driver.Admin.
 type adminHarness struct {
 	urlHarness
@@ -252,6 +279,10 @@ var (
 	_ Expirer       = (*adminHarness)(nil)
 	_ SessionKiller = (*adminHarness)(nil)
 )
+
+var _ Administered = (*adminHarness)(nil)
+
+func (h *adminHarness) Admin() driver.Admin { return h.adm }
 
 func (h *adminHarness) Expire(ctx context.Context, key string) error { return h.adm.Expire(ctx, key) }
 

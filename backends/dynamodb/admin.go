@@ -3,10 +3,13 @@ package dynamodb
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Expire implements driver.Admin: it marks the lock's item released with a
@@ -43,4 +46,63 @@ func (b *backend) Expire(ctx context.Context, name string) error {
 func (b *backend) KillSessions(context.Context) error {
 	b.cut.Add(1)
 	return nil
+}
+
+var _ driver.FenceAdmin = (*backend)(nil)
+
+// StoredFence implements driver.FenceAdmin: the fence attribute of the
+// lock's item (a consistent read), which the next grant's fence must
+// exceed. ok is false if there is no item or it carries no fence.
+func (b *backend) StoredFence(ctx context.Context, name string) (uint64, bool, error) {
+	out, err := b.get(ctx, name)
+	if err != nil {
+		return 0, false, fmt.Errorf("stored fence: %w", classify(ctx, "read", b.cfg.Table, err))
+	}
+	f, ok := out.Item[attrFence].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, false, nil
+	}
+	v, err := strconv.ParseUint(f.Value, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("stored fence: the item's fence %q is not a number: %w", f.Value, err)
+	}
+	return v, true, nil
+}
+
+// DropFenceState implements driver.FenceAdmin: it removes the fence
+// attribute from the lock's item, as the AWS Lock Client's PutItem or
+// DeleteItem would; the next grant's fence then restarts from the
+// client's clock (the floor).
+func (b *backend) DropFenceState(ctx context.Context, name string) error {
+	_, err := b.api.UpdateItem(ctx, &ddb.UpdateItemInput{
+		TableName:                &b.cfg.Table,
+		Key:                      keyOf(name),
+		ConditionExpression:      aws.String("attribute_exists(#k)"),
+		UpdateExpression:         aws.String("REMOVE #f"),
+		ExpressionAttributeNames: names("#k", "#f"),
+	})
+	if err != nil && !conditionFailed(err) {
+		return fmt.Errorf("drop fence state: %w", classify(ctx, "drop fence state", b.cfg.Table, err))
+	}
+	return nil
+}
+
+var _ driver.QueueAdmin = (*backend)(nil)
+
+// Waiters implements driver.QueueAdmin: the entries of the item's
+// waitQueue (a consistent read). An entry whose waiter left stays until
+// it lapses, so this may count a waiter that gave up.
+func (b *backend) Waiters(ctx context.Context, name string) (int, error) {
+	out, err := b.get(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("waiters: %w", classify(ctx, "read", b.cfg.Table, err))
+	}
+	if out.Item == nil {
+		return 0, nil
+	}
+	it, err := parseItem(name, out.Item)
+	if err != nil {
+		return 0, err
+	}
+	return len(it.queue), nil
 }

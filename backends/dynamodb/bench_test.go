@@ -89,5 +89,5 @@ func BenchmarkHandOff(b *testing.B) {
 // BenchmarkSuite runs the shared conformance benchmarks on a real server.
 func BenchmarkSuite(b *testing.B) {
 	d := testserver.StartDynalite(b)
-	conformance.RunBenchmarks(b, newHarness(d.URL()+"&poll_interval=20ms"))
+	conformance.RunBenchmarks(b, conformance.URLHarness(d.URL()+"&poll_interval=20ms"))
 }

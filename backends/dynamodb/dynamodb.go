@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sync/atomic"
 	"time"
@@ -109,6 +110,14 @@ func newBackend(api API, cfg Config, closeFn func()) *backend {
 		FIFO:           false,
 		NodeLoss:       driver.NodeLossQuorum,
 	}
+	// A waiter reads the item at most a poll interval apart: a released
+	// lock is taken within one interval plus a read and a write; an
+	// expired one once the waiter has watched its version unchanged for
+	// the lease duration, which it began to watch within an interval of
+	// the holder's last heartbeat.
+	poll := b.pollInterval(time.Duration(math.MaxInt64)) // the longest, whatever the lease
+	b.caps.ReleaseWake = poll + 100*time.Millisecond
+	b.caps.ExpiryWake = 2*poll + 100*time.Millisecond
 	if cfg.MixedFleet {
 		b.caps.Fence = driver.FenceTimeFloored
 		b.caps.FenceSource += "; mixed fleet: AWS Lock Client writers replace or delete the item, and the next fence restarts from the client clock in µs"

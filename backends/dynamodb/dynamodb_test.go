@@ -1,8 +1,6 @@
 package dynamodb_test
 
 import (
-	"context"
-	"errors"
 	"strings"
 	"testing"
 
@@ -11,64 +9,17 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/dynamodb"
 	"github.com/fencelock/fencelock/conformance"
-	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
-// harness runs the suite on one real server, shared by the checks of a
-// test (each check uses its own random key prefix). Clients are opened
-// from the URL, each with its own HTTP connections; the out-of-band hooks
-// are the backend's own driver.Admin, as `fencelock conformance --url`
-// uses them.
-type harness struct {
-	url string
-}
-
-var (
-	_ conformance.Expirer       = (*harness)(nil)
-	_ conformance.SessionKiller = (*harness)(nil)
-)
-
-func newHarness(rawURL string) conformance.HarnessMaker {
-	return func(ctx context.Context, t testing.TB) (conformance.Harness, error) {
-		return &harness{url: rawURL}, nil
-	}
-}
-
-func (h *harness) MakeClient(ctx context.Context, opts *fencelock.Options) (*fencelock.Client, error) {
-	return fencelock.DefaultURLMux().Open(ctx, h.url, opts)
-}
-
-func (h *harness) URL() string { return h.url }
-func (h *harness) Close()      {}
-
-// Expire marks the item released behind the holder's back (driver.Admin).
-func (h *harness) Expire(ctx context.Context, key string) error {
-	c, err := h.MakeClient(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	var adm driver.Admin
-	if !c.As(&adm) {
-		return errors.New("dynamodb backend has no driver.Admin")
-	}
-	return adm.Expire(ctx, key)
-}
-
-// KillSession cuts c off from DynamoDB for the leases it holds
-// (driver.Admin).
-func (h *harness) KillSession(ctx context.Context, c *fencelock.Client) error {
-	var adm driver.Admin
-	if !c.As(&adm) {
-		return errors.New("dynamodb backend has no driver.Admin")
-	}
-	return adm.KillSessions(ctx)
-}
-
+// TestConformance runs the suite on one real server by URL, as
+// `fencelock conformance --url` does: clients opened from the URL, each
+// with its own HTTP connections; the out-of-band hooks are the backend's
+// own driver.Admin; the partition checks put a fault proxy in front of
+// the endpoint.
 func TestConformance(t *testing.T) {
 	d := testserver.StartDynalite(t)
-	conformance.RunConformanceTests(t, newHarness(d.URL()))
+	conformance.RunConformanceTests(t, conformance.URLHarness(d.URL()))
 }
 
 // open opens a Client on rawURL, closed when tb ends.

@@ -40,6 +40,11 @@ var Capabilities = driver.Capabilities{
 	Wait:           driver.WaitNotify,
 	FIFO:           false,
 	NodeLoss:       driver.NodeLossNotApplicable,
+	// The Store tells the holder's lease and the waiters at once, in
+	// the process; the bounds are the Go scheduler's.
+	LossSignal:  10 * time.Millisecond,
+	ReleaseWake: 10 * time.Millisecond,
+	ExpiryWake:  10 * time.Millisecond,
 }
 
 // New returns a Client on store s (a new empty Store if s is nil).

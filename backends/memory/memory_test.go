@@ -23,12 +23,8 @@ type harness struct {
 }
 
 var (
-	_ conformance.PromptLoss     = (*harness)(nil)
 	_ conformance.RenewalStaller = (*harness)(nil)
 )
-
-// PromptLoss: the Store tells a holder at once when it drops its lock.
-func (h *harness) PromptLoss() bool { return true }
 
 func newHarness(rpc bool) conformance.HarnessMaker {
 	return func(ctx context.Context, t testing.TB) (conformance.Harness, error) {
@@ -56,6 +52,21 @@ type rpcHarness struct{ h *harness }
 func (r rpcHarness) MakeClient(ctx context.Context, opts *fencelock.Options) (*fencelock.Client, error) {
 	return fencelock.DefaultURLMux().Open(ctx, r.h.URL(), opts)
 }
+
+// PartitionedClient: a memrpc:// client behind fault proxies.
+func (r rpcHarness) PartitionedClient(ctx context.Context, opts *fencelock.Options) (*fencelock.Client, *conformance.Faults, error) {
+	u, f, err := conformance.ProxyURL(r.h.URL())
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := fencelock.DefaultURLMux().Open(ctx, u, opts)
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return c, f, nil
+}
+
 func (r rpcHarness) URL() string                                  { return r.h.URL() }
 func (r rpcHarness) Close()                                       { r.h.Close() }
 func (r rpcHarness) Expire(ctx context.Context, key string) error { return r.h.Expire(ctx, key) }

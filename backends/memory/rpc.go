@@ -147,6 +147,10 @@ func (b *rpcBackend) Wait(ctx context.Context, name string) error {
 func (b *rpcBackend) Capabilities() driver.Capabilities {
 	c := Capabilities
 	c.Backend = "memrpc"
+	c.LossSignal = 0 // a lease learns of a drop from its next renewal
+	// Wait is an RPC the serving process answers at a release or expiry
+	// (or after 1 s): one round trip on loopback.
+	c.ReleaseWake, c.ExpiryWake = 50*time.Millisecond, 50*time.Millisecond
 	return c
 }
 

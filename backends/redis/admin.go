@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -20,6 +21,46 @@ import (
 func (b *backend) Expire(ctx context.Context, name string) error {
 	if err := b.client.Del(ctx, keysFor(name).lock).Err(); err != nil {
 		return b.fail(ctx, "admin expire", err)
+	}
+	return nil
+}
+
+var (
+	_ driver.FenceAdmin = (*backend)(nil)
+	_ driver.QueueAdmin = (*backend)(nil)
+)
+
+// Waiters implements driver.QueueAdmin: the length of the lock's waiter
+// line (LLEN). An entry whose waiter gave up stays until a hand-off drops
+// it, so this may count a waiter that left; it never misses one queued.
+func (b *backend) Waiters(ctx context.Context, name string) (int, error) {
+	n, err := b.client.LLen(ctx, keysFor(name).queue).Result()
+	if err != nil {
+		return 0, b.fail(ctx, "admin waiters", err)
+	}
+	return int(n), nil
+}
+
+// StoredFence implements driver.FenceAdmin: the value of the lock's fence
+// key (GET), which the next grant's fence must exceed.
+func (b *backend) StoredFence(ctx context.Context, name string) (uint64, bool, error) {
+	v, err := b.client.Get(ctx, keysFor(name).fence).Uint64()
+	if errors.Is(err, goredis.Nil) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, b.fail(ctx, "admin stored fence", err)
+	}
+	return v, true, nil
+}
+
+// DropFenceState implements driver.FenceAdmin: it deletes the lock's fence
+// key, as a restart without persistence or a failover to a replica that
+// missed it would; the next grant's fence then comes from the server's
+// clock (the floor).
+func (b *backend) DropFenceState(ctx context.Context, name string) error {
+	if err := b.client.Del(ctx, keysFor(name).fence).Err(); err != nil {
+		return b.fail(ctx, "admin drop fence state", err)
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Expire deletes the node of the holder of the lock whose store key is
@@ -62,4 +64,30 @@ func (b *backend) KillSessions(ctx context.Context) error {
 		return fmt.Errorf("zookeeper: kill sessions: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+var _ driver.QueueAdmin = (*backend)(nil)
+
+// Waiters implements driver.QueueAdmin: the lock nodes under the lock's
+// path, less the holder's (the lowest).
+func (b *backend) Waiters(ctx context.Context, key string) (int, error) {
+	if err := b.begin(); err != nil {
+		return 0, err
+	}
+	defer b.ops.Done()
+	s, err := b.sessionFor(ctx, b.caps.MinTTL)
+	if err != nil {
+		return 0, err
+	}
+	children, err := call(b, ctx, func() ([]string, error) {
+		c, _, err := s.conn.Children(LockPath(b.root, key))
+		return c, err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, b.fail(ctx, "read lock queue", err)
+	}
+	return max(0, scan(children, "\x00").howMany-1), nil
 }

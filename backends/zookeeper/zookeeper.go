@@ -70,6 +70,11 @@ var Capabilities = driver.Capabilities{
 	Wait:           driver.WaitQueue,
 	FIFO:           true,
 	NodeLoss:       driver.NodeLossQuorum,
+	// A release deletes the holder's node; the next contender's watch on
+	// it fires and its read finds itself first: one event and one round
+	// trip. (ExpiryWake is set from the server's minimum session timeout
+	// when the backend is made.)
+	ReleaseWake: 100 * time.Millisecond,
 }
 
 // New returns a Client whose locks are ZooKeeper nodes on cfg.Servers. It
@@ -156,6 +161,11 @@ func newBackend(ctx context.Context, cfg Config) (*backend, error) {
 		return nil, fmt.Errorf("%w: zookeeper: no server of %v answered: %v", driver.ErrUnavailable, b.servers, err)
 	}
 	b.caps.MinTTL = min
+	// A session the server stops hearing from expires in the tick after
+	// its timeout (ZooKeeper's expiry buckets are one tickTime wide, and
+	// the minimum session timeout is two ticks unless configured
+	// otherwise); its waiters are then woken by a watch.
+	b.caps.ExpiryWake = min/2 + 200*time.Millisecond
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }

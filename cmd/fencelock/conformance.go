@@ -65,13 +65,15 @@ func runConformance(ctx context.Context, args []string) error {
 			}
 			return true
 		}})
-	var pass, fail, skip, timedOut int
+	var pass, fail, skip, na, timedOut int
 	for _, r := range res {
 		switch r.Outcome {
 		case "pass":
 			pass++
 		case "fail":
 			fail++
+		case "n/a":
+			na++
 		default:
 			skip++
 		}
@@ -79,7 +81,7 @@ func runConformance(ctx context.Context, args []string) error {
 			timedOut++
 		}
 	}
-	fmt.Printf("%d passed, %d failed, %d skipped", pass, fail, skip)
+	fmt.Printf("%d passed, %d failed, %d skipped, %d not applicable", pass, fail, skip, na)
 	if n := len(conformance.Checks()) - len(res); n > 0 && *filter == "" {
 		fmt.Printf(", %d not run", n)
 	}
