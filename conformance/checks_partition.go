@@ -9,6 +9,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/conformance/netfault"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/faultrec"
 )
 
 func init() {
@@ -42,13 +43,15 @@ func (e *env) partitioned(t TB) (*fencelock.Client, *Faults) {
 }
 
 // cutSet is the nodes a partition cuts the holder from: all of them, or,
-// on a store the client reaches as a quorum of several nodes, just a
-// majority (the client still reaches the rest, and must lose the lease
-// anyway).
+// where the backend's client itself keeps each lock on a quorum of
+// independent nodes (it has a QuorumAdmin: Redlock), just a majority (the
+// client still reaches the rest, and must lose the lease anyway). A
+// client of a replicated store (an etcd or ZooKeeper cluster) that still
+// reaches one member reaches the store.
 func (e *env) cutSet(f *Faults) []int {
 	n := f.Nodes()
 	k := n
-	if n >= 3 && e.caps.NodeLoss == driver.NodeLossQuorum {
+	if _, ok := e.admin().(driver.QuorumAdmin); ok && n >= 3 {
 		k = n/2 + 1
 	}
 	nodes := make([]int, k)
@@ -127,6 +130,12 @@ func (e *env) liveBound() time.Duration {
 // and leave the new holder's lock alone.
 func testPartition(t TB, e *env, mode netfault.Mode) {
 	a, f := e.partitioned(t)
+	nodes := e.cutSet(f)
+	kind := mode.String()
+	if len(nodes) < f.Nodes() {
+		kind = fmt.Sprintf("%s of %d of %d nodes", mode, len(nodes), f.Nodes())
+	}
+	rec := faultrec.Begin(t, faultrec.Result{Backend: e.caps.Backend, Scenario: faultrec.ClientPartitioned, Case: kind})
 	b, c := e.client(), e.client()
 	name := e.name("x")
 	la, err := a.Acquire(e.ctx, name, opts(e.ttl, true))
@@ -139,7 +148,6 @@ func testPartition(t TB, e *env, mode netfault.Mode) {
 	got := e.acquireSampling(b, name, la, e.liveBound()+e.margin)
 	e.waitRenewed(t, la, e.ttl+e.margin)
 
-	nodes := e.cutSet(f)
 	cut := time.Now()
 	vuAtCut := la.ValidUntil()
 	f.Cut(mode, 0, nodes...)
@@ -152,7 +160,11 @@ func testPartition(t TB, e *env, mode netfault.Mode) {
 	}
 	mustNil(t, g.err, "the direct client's Acquire after the partition")
 	t.Cleanup(func() { _ = g.l.Release(context.Background()) })
+	rec.WaitGranted, rec.WaitFrom = g.at.Sub(cut), "partition"
+	rec.Fence = faultrec.FenceOf(uint64(la.Fence()), uint64(g.l.Fence()))
+	rec.SecondHolder = faultrec.OverlapOf(g.overlapped())
 	if g.overlapped() {
+		rec.Note = fmt.Sprintf("two holders: granted while the holder's lease was valid for %v more", g.holderVU.Sub(g.at).Round(time.Millisecond))
 		t.Fatalf("two holders: the direct client was granted %v after the cut (%s) while the partitioned holder's lease was still held and valid for %v more",
 			g.at.Sub(cut).Round(time.Millisecond), mode, g.holderVU.Sub(g.at).Round(time.Millisecond))
 	}
@@ -162,11 +174,14 @@ func testPartition(t TB, e *env, mode netfault.Mode) {
 		t.Fatalf("the partitioned holder's lease still held %v after its ValidUntil at the cut", time.Since(vuAtCut).Round(time.Millisecond))
 	}
 	mustIs(t, la.Err(), fencelock.ErrLeaseLost, "Err of the partitioned holder's lease")
+	rec.Outcome = faultrec.Lost
 	end := <-ended
 	holderEnd := end
 	if vuAtCut.Before(end) {
 		holderEnd = vuAtCut
 	}
+	rec.Note = fmt.Sprintf("TTL %v (store %v): the holder's lease ended %v after the cut, the direct client was granted %v after that",
+		e.ttl, e.storeTTL, end.Sub(cut).Round(time.Millisecond), g.at.Sub(holderEnd).Round(time.Millisecond))
 	t.Logf("%s of %d/%d nodes: holder's lease ended %v after the cut (ValidUntil at the cut: +%v); direct client granted %v after the cut, %v after the holder's end",
 		mode, len(nodes), f.Nodes(), end.Sub(cut).Round(time.Millisecond), vuAtCut.Sub(cut).Round(time.Millisecond),
 		g.at.Sub(cut).Round(time.Millisecond), g.at.Sub(holderEnd).Round(time.Millisecond))

@@ -14,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/redis"
 	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -30,11 +31,14 @@ type harness struct {
 	mu    sync.Mutex
 	cuts  map[*fencelock.Client]*partition
 	admin goredis.UniversalClient
+	adm   *fencelock.Client // whose driver.Admin Admin returns
 }
 
 var (
 	_ conformance.Expirer       = (*harness)(nil)
 	_ conformance.SessionKiller = (*harness)(nil)
+	_ conformance.Partitioner   = (*harness)(nil)
+	_ conformance.Administered  = (*harness)(nil)
 )
 
 // newHarness returns a HarnessMaker over the store at rawURL.
@@ -72,6 +76,43 @@ func (h *harness) Close() {
 	if h.admin != nil {
 		_ = h.admin.Close()
 	}
+	if h.adm != nil {
+		_ = h.adm.Close()
+	}
+}
+
+// PartitionedClient: a client behind the suite's fault proxies (one
+// server; a cluster's node addresses cannot be proxied, so the partition
+// checks skip there).
+func (h *harness) PartitionedClient(ctx context.Context, opts *fencelock.Options) (*fencelock.Client, *conformance.Faults, error) {
+	u, f, err := conformance.ProxyURL(h.url)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := fencelock.DefaultURLMux().Open(ctx, u, opts)
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return c, f, nil
+}
+
+// Admin: the backend's own admin hooks, from a client of the harness's.
+func (h *harness) Admin() driver.Admin {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.adm == nil {
+		c, err := fencelock.Open(context.Background(), h.url)
+		if err != nil {
+			return nil
+		}
+		h.adm = c
+	}
+	var adm driver.Admin
+	if !h.adm.As(&adm) {
+		return nil
+	}
+	return adm
 }
 
 // Expire deletes the lock key behind the holder's back, as its TTL would.

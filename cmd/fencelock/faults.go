@@ -24,7 +24,7 @@ var (
 	faultPackages = []string{"./backends/memory", "./backends/redis", "./backends/redlock", "./backends/etcd",
 		"./backends/zookeeper", "./backends/pgadvisory", "./backends/dynamodb"}
 	faultRun = "^(TestFault.*|TestConformance|TestConformance5|TestLeaderKillWhileHeldAndQueued|TestPartitionedClientLosesLease" +
-		"|TestConnectionLossDuringCreate|TestTerminatedHolder|TestFenceSurvivesServerCrash)$/^(ProcessCrash|ProcessFreeze)$"
+		"|TestConnectionLossDuringCreate|TestTerminatedHolder|TestFenceSurvivesServerCrash)$/^(ProcessCrash|ProcessFreeze|PartitionBlackholeHolderEndsFirst|PartitionResetHolderEndsFirst)$"
 )
 
 // faultBackends are the table's rows, in order: every backend the CLI
