@@ -37,6 +37,7 @@ var mutants = []struct{ name, defect string }{
 	{"ExtendRetakesLock", "Extend of a dropped lease takes the lock again if it is free (SET without an owner check)"},
 	{"EarlyStoreExpiry", "the store keeps locks for 60% of the TTL asked"},
 	{"DeafWaiter", "Wait ignores release notices and returns only when its ctx ends (the backoff interval): waiters are woken by polling alone"},
+	{"BargingFIFO", "declares FIFO, but a TryAcquire right after a release takes the lock ahead of a queued waiter (the mem store wakes waiters and lets anyone race them)"},
 	{"EarlyGrantSlowReply", "the store keeps locks for 60% of the TTL asked, and the reply to a grant made before the previous holder's TTL ran out arrives just after it"},
 }
 
@@ -113,6 +114,14 @@ func (b *mutBackend) Wait(ctx context.Context, name string) error {
 		return ctx.Err()
 	}
 	return b.Backend.(driver.Waiter).Wait(ctx, name)
+}
+
+func (b *mutBackend) Capabilities() driver.Capabilities {
+	c := b.Backend.Capabilities()
+	if b.mutant == "BargingFIFO" {
+		c.FIFO = true
+	}
+	return c
 }
 
 func (b *mutBackend) As(target any) bool { return b.Backend.(driver.Aser).As(target) }

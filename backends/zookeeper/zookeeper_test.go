@@ -38,6 +38,18 @@ func TestConformanceEnsemble(t *testing.T) {
 	conformance.RunConformanceTests(t, conformance.URLHarness(z.URL()))
 }
 
+// TestConformanceStockByURL runs the suite by URL on a stock standalone
+// server (tickTime 2 s, so the minimum session timeout, hence the
+// shortest TTL, is 4 s), as a user's `fencelock conformance --url` would.
+func TestConformanceStockByURL(t *testing.T) {
+	conformance.MaybeRunChild()
+	if testing.Short() {
+		t.Skip("-short: the stock server's 4 s minimum TTL makes the suite slow")
+	}
+	z := testserver.StartStockZooKeeper(t)
+	conformance.RunConformanceTests(t, conformance.URLHarness(z.URL()))
+}
+
 // The shared standalone server (or ZK_URL), started on first use and
 // stopped by TestMain.
 var (

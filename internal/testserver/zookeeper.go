@@ -197,6 +197,37 @@ func startZKForTest(tb testing.TB, n int) *ZooKeeper {
 // Cleanup. An error wrapping ErrMissing means java or the zookeeper package
 // is missing.
 func NewZooKeeper(ctx context.Context, n int) (*ZooKeeper, error) {
+	return newZooKeeper(ctx, n, false)
+}
+
+// NewStockZooKeeper starts a standalone ZooKeeper with the timing a user's
+// server has out of the box: tickTime 2000 ms and ZooKeeper's default
+// session bounds (minSessionTimeout 2 ticks = 4 s, maxSessionTimeout 20
+// ticks) and container check interval; only the admin server is off, the
+// srvr and ruok four-letter words are on (readiness) and the per-IP
+// connection limit is lifted (the suite opens many clients from
+// 127.0.0.1). The caller calls Cleanup.
+func NewStockZooKeeper(ctx context.Context) (*ZooKeeper, error) {
+	return newZooKeeper(ctx, 1, true)
+}
+
+// StartStockZooKeeper is NewStockZooKeeper for a test, stopped at its end.
+func StartStockZooKeeper(tb testing.TB) *ZooKeeper {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	z, err := NewStockZooKeeper(ctx)
+	if errors.Is(err, ErrMissing) {
+		Unavailable(tb, "ZooKeeper", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(z.Cleanup)
+	return z
+}
+
+func newZooKeeper(ctx context.Context, n int, stock bool) (*ZooKeeper, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("testserver: ZooKeeper with %d nodes", n)
 	}
@@ -213,7 +244,7 @@ func NewZooKeeper(ctx context.Context, n int) (*ZooKeeper, error) {
 	}
 	var lastErr error
 	for range 3 { // a port taken meanwhile: try again with new ones
-		z, err := startZK(ctx, java, dir, n)
+		z, err := startZK(ctx, java, dir, n, stock)
 		if err == nil {
 			return z, nil
 		}
@@ -237,7 +268,7 @@ func (z *ZooKeeper) Cleanup() {
 	}
 }
 
-func startZK(ctx context.Context, java, dir string, n int) (*ZooKeeper, error) {
+func startZK(ctx context.Context, java, dir string, n int, stock bool) (*ZooKeeper, error) {
 	type ports struct{ client, peer, election int }
 	ps := make([]ports, n)
 	for i := range ps {
@@ -257,9 +288,15 @@ func startZK(ctx context.Context, java, dir string, n int) (*ZooKeeper, error) {
 			return nil, err
 		}
 		var cfg strings.Builder
-		fmt.Fprintf(&cfg, "tickTime=%d\ninitLimit=10\nsyncLimit=5\n", ZKTickTime.Milliseconds())
+		tick := ZKTickTime
+		if stock {
+			tick = 2 * time.Second
+		}
+		fmt.Fprintf(&cfg, "tickTime=%d\ninitLimit=10\nsyncLimit=5\n", tick.Milliseconds())
 		fmt.Fprintf(&cfg, "dataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n", data, ps[i].client)
-		fmt.Fprintf(&cfg, "minSessionTimeout=%d\nmaxSessionTimeout=%d\n", ZKMinSessionTimeout.Milliseconds(), ZKMaxSessionTimeout.Milliseconds())
+		if !stock {
+			fmt.Fprintf(&cfg, "minSessionTimeout=%d\nmaxSessionTimeout=%d\n", ZKMinSessionTimeout.Milliseconds(), ZKMaxSessionTimeout.Milliseconds())
+		}
 		cfg.WriteString("maxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,ruok\npreAllocSize=4096\n")
 		if n > 1 {
 			for j, p := range ps {
@@ -280,7 +317,7 @@ func startZK(ctx context.Context, java, dir string, n int) (*ZooKeeper, error) {
 			Args: []string{
 				"-Xmx64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 				"-Dzookeeper.admin.enableServer=false",
-				"-Dznode.container.checkIntervalMs=" + strconv.Itoa(int(ZKContainerCheck.Milliseconds())),
+				containerCheck(stock),
 				"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
 				"-cp", ZooKeeperJar + ":/usr/share/java/slf4j-simple.jar",
 				"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfgPath,
@@ -309,4 +346,15 @@ func startZK(ctx context.Context, java, dir string, n int) (*ZooKeeper, error) {
 	}
 	z.url = "zk://" + strings.Join(z.Servers(), ",") + "/fencelock-test"
 	return z, nil
+}
+
+// containerCheck is the JVM flag that sets how often empty containers are
+// deleted: ZKContainerCheck for test servers, ZooKeeper's default (60 s)
+// for a stock one.
+func containerCheck(stock bool) string {
+	ms := ZKContainerCheck.Milliseconds()
+	if stock {
+		ms = 60_000
+	}
+	return "-Dznode.container.checkIntervalMs=" + strconv.Itoa(int(ms))
 }
