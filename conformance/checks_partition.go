@@ -199,7 +199,7 @@ func testPartition(t TB, e *env, mode netfault.Mode) {
 // cut, and never while the holder still believes it holds.
 func testPartitionLiveness(t TB, e *env) {
 	a, f := e.partitioned(t)
-	b := e.client()
+	b := e.waiterClient()
 	name := e.name("x")
 	// b waits once and is handed the lock: a returning waiter.
 	l0, err := a.Acquire(e.ctx, name, opts(e.ttl, true))

@@ -51,13 +51,26 @@ func (e *env) waitQueued(t TB, name string, n int, settle time.Duration) {
 	}
 }
 
+// waiterClient is a client for a waiter whose wake-ups the check times
+// against a declared bound (ExpiryWake): where the backend declares one,
+// its Options.Backoff is a minute, so that only the store (a notice, its
+// queue, the backend's own polling) can wake it in time, not the portable
+// layer's retries.
+func (e *env) waiterClient() *fencelock.Client {
+	if e.caps.ExpiryWake <= 0 {
+		return e.client()
+	}
+	return e.clientWith(&fencelock.Options{Backoff: func(int) time.Duration { return time.Minute }})
+}
+
 // testExpiryWakesWaiter: a holder abandons the lock (AutoRenew off, no
 // Release) and a waiter that has already waited and been granted before
 // waits again: it is granted after the holder's ValidUntil and within the
 // store's TTL plus the declared ExpiryWake (and its tolerance) of the
-// holder's grant, however many times it waited before.
+// holder's grant, however many times it waited before, and however long
+// its Client's backoff.
 func testExpiryWakesWaiter(t TB, e *env) {
-	a, b := e.client(), e.client()
+	a, b := e.client(), e.waiterClient()
 	name := e.name("x")
 	var bound time.Duration
 	if w := e.caps.ExpiryWake; w > 0 {

@@ -150,7 +150,8 @@ type Capabilities struct {
 	// after an abandoned lock's TTL ran out in the store (its holder
 	// stopped renewing: a stall, a crash, a partition), counted from the
 	// holder's last successful acquire or renewal plus Lease.StoreTTL,
-	// however many times the waiter waited before. Zero: no bound beyond
-	// the waiter's own polling.
+	// however many times the waiter waited before and however long its
+	// Client's Options.Backoff. Zero: no bound beyond the waiter's own
+	// polling.
 	ExpiryWake time.Duration
 }
