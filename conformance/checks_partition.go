@@ -30,6 +30,9 @@ func (e *env) partitioned(t TB) (*fencelock.Client, *Faults) {
 		t.Skipf("harness has no Partitioner hook (the URL harness has one)")
 	}
 	c, f, err := p.PartitionedClient(e.ctx, &fencelock.Options{Prefix: e.prefix})
+	if errors.Is(err, fencelock.ErrInvalid) && e.h.URL() == "" {
+		notApplicable(t, "the store lives in this process: there is no network between the client and the store to cut")
+	}
 	if errors.Is(err, fencelock.ErrInvalid) {
 		t.Skipf("no fault proxy can stand between a client and this store: %v", err)
 	}
