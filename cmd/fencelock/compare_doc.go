@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/conformance"
 )
 
@@ -55,17 +56,18 @@ func (d *compareDoc) render() []byte {
 
 	b.WriteString(guideText)
 
-	fmt.Fprintf(&b, "## Declared guarantees\n\nDeclared by each backend (`Client.Capabilities()`) and checked by the conformance suite (`fencelock conformance --url …`, %d checks; every backend's own tests run them all, none skipped).\n\n", len(conformance.Checks()))
+	fmt.Fprintf(&b, "## Declared guarantees\n\nDeclared by each backend (`Client.Capabilities()`) and checked by the conformance suite (`fencelock conformance --url …`, %d checks; every backend's own tests run them all by URL, none skipped, those its declarations make irrelevant reported n/a).\n\n", len(conformance.Checks()))
 	rows = nil
 	for _, r := range d.results {
 		cp := r.caps
 		if cp.Backend == "" {
-			rows = append(rows, []string{r.label, r.notMeasured(), "", "", "", "", "", ""})
+			rows = append(rows, []string{r.label, r.notMeasured(), "", "", "", "", "", "", ""})
 			continue
 		}
-		rows = append(rows, []string{r.label, fmt.Sprint(cp.Fence), cp.FenceSource, cp.MinTTL.String(), fmt.Sprint(cp.TimeAuthority), fmt.Sprint(cp.Wait), yesNo(cp.FIFO), fmt.Sprint(cp.NodeLoss)})
+		rows = append(rows, []string{r.label, fmt.Sprint(cp.Fence), cp.FenceSource, cp.MinTTL.String(), fmt.Sprint(cp.TimeAuthority), fmt.Sprint(cp.Wait), yesNo(cp.FIFO), fmt.Sprint(cp.NodeLoss), promises(cp)})
 	}
-	mdTable(&b, []string{"backend", "fence", "fence source", "min TTL", "time authority", "wait", "FIFO", "survives node loss"}, rows)
+	mdTable(&b, []string{"backend", "fence", "fence source", "min TTL", "time authority", "wait", "FIFO", "survives node loss", "loss signalled / release wakes / expiry wakes within"}, rows)
+	b.WriteString("The last column is the backend's timing promises (`Capabilities.LossSignal`, `ReleaseWake`, `ExpiryWake`), which the suite holds it to, by URL too, with a tolerance for a loaded machine; \"—\" promises nothing (a loss is found by the next renewal; waiters poll).\n\n")
 
 	b.WriteString("## What happens when things break\n\n")
 	switch {
@@ -208,4 +210,15 @@ func (d *compareDoc) renderCost(b *bytes.Buffer) {
 		rows = append(rows, []string{r.label, need, fmt.Sprintf("%d, TTL %v", r.hold.Leases, r.holdTTL), fmt.Sprintf("%+d", r.hold.Goroutines), fmt.Sprintf("%.1f KB", float64(r.hold.HeapPerLease)/1024), fmt.Sprintf("%d", r.hold.Lost)})
 	}
 	mdTable(b, []string{"backend", "needs in production", "leases held", "goroutines", "heap per lease", "lost"}, rows)
+}
+
+// promises renders a backend's declared timing bounds.
+func promises(cp fencelock.Capabilities) string {
+	f := func(d time.Duration) string {
+		if d <= 0 {
+			return "—"
+		}
+		return d.String()
+	}
+	return f(cp.LossSignal) + " / " + f(cp.ReleaseWake) + " / " + f(cp.ExpiryWake)
 }
