@@ -150,7 +150,10 @@ func (l *Lease) Context() context.Context { return l.ctx }
 // moved forward only by successful renewals (measured from when each was
 // sent), and capped by MaxHold. When it passes without a renewal the lease
 // ends with ErrLeaseLost, before the store can grant the lock to anyone else
-// (assuming bounded clock-rate drift).
+// (assuming bounded clock-rate drift). The one exception is declared in
+// Capabilities.BreakOverlap: a store that frees a lock when its holder's
+// connection breaks (PostgreSQL) may grant it before the holder learns of
+// the break, which the holder then does within that bound.
 func (l *Lease) ValidUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -166,10 +166,16 @@ func testPartition(t TB, e *env, mode netfault.Mode) {
 	rec.WaitGranted, rec.WaitFrom = g.at.Sub(cut), "partition"
 	rec.Fence = faultrec.FenceOf(uint64(la.Fence()), uint64(g.l.Fence()))
 	rec.SecondHolder = faultrec.OverlapOf(g.overlapped())
+	declared := ""
 	if g.overlapped() {
-		rec.Note = fmt.Sprintf("two holders: granted while the holder's lease was valid for %v more", g.holderVU.Sub(g.at).Round(time.Millisecond))
-		t.Fatalf("two holders: the direct client was granted %v after the cut (%s) while the partitioned holder's lease was still held and valid for %v more",
-			g.at.Sub(cut).Round(time.Millisecond), mode, g.holderVU.Sub(g.at).Round(time.Millisecond))
+		overlap := e.breakOverlap(t, mode, g, ended)
+		if overlap < 0 {
+			rec.Note = fmt.Sprintf("two holders: granted while the holder's lease was valid for %v more", g.holderVU.Sub(g.at).Round(time.Millisecond))
+			t.Fatalf("two holders: the direct client was granted %v after the cut (%s) while the partitioned holder's lease was still held and valid for %v more (the backend declares BreakOverlap %v)",
+				g.at.Sub(cut).Round(time.Millisecond), mode, g.holderVU.Sub(g.at).Round(time.Millisecond), e.caps.BreakOverlap)
+		}
+		rec.SecondHolder = faultrec.OverlapDeclared
+		declared = fmt.Sprintf("; two holders for %v, within the declared BreakOverlap %v", overlap.Round(time.Millisecond), e.caps.BreakOverlap)
 	}
 	e.checkFence(t, la.Fence(), g.l.Fence(), "grant after the partition")
 	e.waiting("the partitioned holder's lease to end")
@@ -183,8 +189,8 @@ func testPartition(t TB, e *env, mode netfault.Mode) {
 	if vuAtCut.Before(end) {
 		holderEnd = vuAtCut
 	}
-	rec.Note = fmt.Sprintf("TTL %v (store %v): the holder's lease ended %v after the cut, the direct client was granted %v after that",
-		e.ttl, e.storeTTL, end.Sub(cut).Round(time.Millisecond), g.at.Sub(holderEnd).Round(time.Millisecond))
+	rec.Note = fmt.Sprintf("TTL %v (store %v): the holder's lease ended %v after the cut, the direct client was granted %v after that%s",
+		e.ttl, e.storeTTL, end.Sub(cut).Round(time.Millisecond), g.at.Sub(holderEnd).Round(time.Millisecond), declared)
 	t.Logf("%s of %d/%d nodes: holder's lease ended %v after the cut (ValidUntil at the cut: +%v); direct client granted %v after the cut, %v after the holder's end",
 		mode, len(nodes), f.Nodes(), end.Sub(cut).Round(time.Millisecond), vuAtCut.Sub(cut).Round(time.Millisecond),
 		g.at.Sub(cut).Round(time.Millisecond), g.at.Sub(holderEnd).Round(time.Millisecond))
@@ -194,6 +200,37 @@ func testPartition(t TB, e *env, mode netfault.Mode) {
 	mustIs(t, la.Extend(e.ctx, 0), fencelock.ErrLeaseLost, "the partitioned holder's Extend after the heal")
 	mustIs(t, la.Release(e.ctx), fencelock.ErrLeaseLost, "the partitioned holder's Release after the heal")
 	e.intact(t, c, g.l, "the partitioned holder's Extend and Release after the heal")
+}
+
+// breakOverlap is called when the direct client was granted while the
+// cut-off holder still believed it held the lock. Where the backend
+// declares BreakOverlap and the connection broke (a reset), it waits for
+// the holder's lease to end and returns how long the two overlapped,
+// failing the check if that is past the declared bound and its tolerance;
+// otherwise it returns -1: the overlap is not allowed.
+func (e *env) breakOverlap(t TB, mode netfault.Mode, g grant, ended chan time.Time) time.Duration {
+	t.Helper()
+	if mode != netfault.Reset || e.caps.BreakOverlap <= 0 {
+		return -1
+	}
+	bound := e.caps.BreakOverlap + promiseTol(e.caps.BreakOverlap)
+	e.waiting("the holder's lease to end after its broken connection (declared BreakOverlap)")
+	var end time.Time
+	select {
+	case end = <-ended:
+		ended <- end
+	case <-time.After(time.Until(g.at.Add(bound))):
+		t.Fatalf("two holders: the direct client was granted while the holder's lease was held, and the holder's lease was still held %v later: over the declared BreakOverlap %v and its tolerance", bound, e.caps.BreakOverlap)
+	}
+	if g.holderVU.Before(end) {
+		end = g.holderVU
+	}
+	overlap := end.Sub(g.at)
+	if overlap > bound {
+		t.Fatalf("two holders for %v after the holder's connection broke: over the declared BreakOverlap %v and its tolerance (%v)", overlap.Round(time.Millisecond), e.caps.BreakOverlap, bound)
+	}
+	t.Logf("two holders for %v after the holder's connection broke (declared BreakOverlap %v)", overlap.Round(time.Millisecond), e.caps.BreakOverlap)
+	return overlap
 }
 
 // testPartitionLiveness: a waiter that has waited before is granted the

@@ -154,4 +154,17 @@ type Capabilities struct {
 	// Client's Options.Backoff. Zero: no bound beyond the waiter's own
 	// polling.
 	ExpiryWake time.Duration
+	// BreakOverlap bounds how long the holder of a lease may still believe
+	// it holds the lock (no Err, before its ValidUntil) after the store
+	// granted the lock to another because the holder's connection broke.
+	// A store that ties a lock to a session and ends the session the
+	// moment the server sees its connection close (PostgreSQL) frees the
+	// lock before the holder can know; the holder learns of it within
+	// BreakOverlap. Fences still rise, so a resource that checks them
+	// (package guard) refuses the old holder's writes; unfenced work
+	// done in that window can collide. Zero, the contract's promise:
+	// never — a lease ends, from its holder's point of view, before the
+	// store can grant the lock to anyone else, however the connection
+	// fails.
+	BreakOverlap time.Duration
 }

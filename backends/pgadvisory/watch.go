@@ -25,6 +25,11 @@ const (
 	watchMax      = time.Second
 )
 
+// lossSignal is the declared bound (Capabilities.LossSignal and
+// BreakOverlap) on how soon a held lease whose session the server ended
+// reports the loss: two sweeps, for up to a few thousand held leases.
+const lossSignal = 2 * watchBase
+
 func newWatcher() *watcher {
 	return &watcher{leases: map[*lease]struct{}{}, stop: make(chan struct{})}
 }

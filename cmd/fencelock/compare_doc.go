@@ -61,13 +61,13 @@ func (d *compareDoc) render() []byte {
 	for _, r := range d.results {
 		cp := r.caps
 		if cp.Backend == "" {
-			rows = append(rows, []string{r.label, r.notMeasured(), "", "", "", "", "", "", ""})
+			rows = append(rows, []string{r.label, r.notMeasured(), "", "", "", "", "", "", "", ""})
 			continue
 		}
-		rows = append(rows, []string{r.label, fmt.Sprint(cp.Fence), cp.FenceSource, cp.MinTTL.String(), fmt.Sprint(cp.TimeAuthority), fmt.Sprint(cp.Wait), yesNo(cp.FIFO), fmt.Sprint(cp.NodeLoss), promises(cp)})
+		rows = append(rows, []string{r.label, fmt.Sprint(cp.Fence), cp.FenceSource, cp.MinTTL.String(), fmt.Sprint(cp.TimeAuthority), fmt.Sprint(cp.Wait), yesNo(cp.FIFO), fmt.Sprint(cp.NodeLoss), promises(cp), breakOverlap(cp)})
 	}
-	mdTable(&b, []string{"backend", "fence", "fence source", "min TTL", "time authority", "wait", "FIFO", "survives node loss", "loss signalled / release wakes / expiry wakes within"}, rows)
-	b.WriteString("The last column is the backend's timing promises (`Capabilities.LossSignal`, `ReleaseWake`, `ExpiryWake`), which the suite holds it to, by URL too, with a tolerance for a loaded machine; \"—\" promises nothing (a loss is found by the next renewal; waiters poll).\n\n")
+	mdTable(&b, []string{"backend", "fence", "fence source", "min TTL", "time authority", "wait", "FIFO", "survives node loss", "loss signalled / release wakes / expiry wakes within", "holder ends before the next grant"}, rows)
+	b.WriteString("The timing promises (`Capabilities.LossSignal`, `ReleaseWake`, `ExpiryWake`) are bounds the suite holds the backend to, by URL too, with a tolerance for a loaded machine; \"—\" promises nothing (a loss is found by the next renewal; waiters poll). The last column is `Lease.ValidUntil`'s promise under a broken connection: \"always\", or the declared `Capabilities.BreakOverlap` for which a holder whose connection broke may still believe it holds after the store granted the lock to another (fences still rise; the partition checks measure it).\n\n")
 
 	b.WriteString("## What happens when things break\n\n")
 	switch {
@@ -221,4 +221,12 @@ func promises(cp fencelock.Capabilities) string {
 		return d.String()
 	}
 	return f(cp.LossSignal) + " / " + f(cp.ReleaseWake) + " / " + f(cp.ExpiryWake)
+}
+
+// breakOverlap renders Capabilities.BreakOverlap.
+func breakOverlap(cp fencelock.Capabilities) string {
+	if cp.BreakOverlap <= 0 {
+		return "always"
+	}
+	return "not on a broken connection: up to " + cp.BreakOverlap.String() + " of overlap"
 }

@@ -24,7 +24,11 @@ var (
 	faultPackages = []string{"./backends/memory", "./backends/redis", "./backends/redlock", "./backends/etcd",
 		"./backends/zookeeper", "./backends/pgadvisory", "./backends/dynamodb"}
 	faultRun = "^(TestFault.*|TestConformance|TestConformance5|TestLeaderKillWhileHeldAndQueued|TestPartitionedClientLosesLease" +
-		"|TestConnectionLossDuringCreate|TestTerminatedHolder|TestFenceSurvivesServerCrash)$/^(ProcessCrash|ProcessFreeze|PartitionBlackholeHolderEndsFirst|PartitionResetHolderEndsFirst)$"
+		"|TestConnectionLossDuringCreate|TestTerminatedHolder|TestFenceSurvivesServerCrash)$/^(ProcessCrash|ProcessFreeze)$"
+	// faultRunURL selects the suite's partition checks where they run by
+	// URL, through its fault proxies, on the stock server each backend's
+	// tests start for it.
+	faultRunURL = "^(TestConformanceByURL|TestURLHarness|TestConformanceStockEtcdByURL|TestConformanceStockByURL)$/^Partition(Blackhole|Reset)HolderEndsFirst$"
 )
 
 // faultBackends are the table's rows, in order: every backend the CLI
@@ -68,19 +72,29 @@ var untested = map[string]map[faultrec.Scenario]string{
 // the "What happens when things break" section. A failing fault test does
 // not fail the table: its cells say FAILED and the section lists it.
 func faultTable(ctx context.Context) (string, error) {
-	return faultSection(ctx, faultPackages, faultRun)
+	return faultSection(ctx, faultPackages, faultRun, faultRunURL)
 }
 
-// faultSection is faultTable for the given packages and -run pattern.
-func faultSection(ctx context.Context, pkgs []string, run string) (string, error) {
-	recs, failed, took, err := runFaultTests(ctx, pkgs, run)
-	if err != nil {
-		return "", err
+// faultSection is faultTable for the given packages and -run patterns,
+// one go test run each.
+func faultSection(ctx context.Context, pkgs []string, runs ...string) (string, error) {
+	var (
+		cmds, failed []string
+		all          []faultrec.Result
+		took         time.Duration
+	)
+	for _, run := range runs {
+		r, f, tk, err := runFaultTests(ctx, pkgs, run)
+		if err != nil {
+			return "", err
+		}
+		all, failed, took = append(all, r...), append(failed, f...), took+tk
+		cmds = append(cmds, fmt.Sprintf("`go test -count=1 -run '%s' %s`", run, strings.Join(pkgs, " ")))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Measured by the fault tests in one run of `go test -count=1 -run '%s' %s` on %s (%v), servers started by the tests.\n\n",
-		run, strings.Join(pkgs, " "), time.Now().UTC().Format("2006-01-02"), took.Round(time.Second))
-	b.WriteString(renderFaultTable(recs))
+	fmt.Fprintf(&b, "Measured by the fault tests in one run of %s on %s (%v), servers started by the tests.\n\n",
+		strings.Join(cmds, " and "), time.Now().UTC().Format("2006-01-02"), took.Round(time.Second))
+	b.WriteString(renderFaultTable(all))
 	if len(failed) > 0 {
 		fmt.Fprintf(&b, "\nFailed in this run: %s.\n", strings.Join(failed, ", "))
 	}
@@ -219,6 +233,8 @@ func cell(r faultrec.Result) string {
 		p = append(p, "1 holder")
 	case faultrec.OverlapFound:
 		p = append(p, "2 HOLDERS")
+	case faultrec.OverlapDeclared:
+		p = append(p, "2 holders within the declared BreakOverlap")
 	}
 	p = append(p, fmt.Sprintf("[%s](%s)", shortTest(r.Test), testLink(r)))
 	if r.Case != "" {

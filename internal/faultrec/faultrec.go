@@ -79,6 +79,9 @@ const (
 	OverlapNA    Overlap = ""     // the test does not look for one
 	OverlapNone  Overlap = "none" // it looked and saw none
 	OverlapFound Overlap = "seen" // it saw two holders (a failure, unless the test shows a store's known gap)
+	// OverlapDeclared: it saw two holders for no longer than the backend
+	// declares it may (Capabilities.BreakOverlap).
+	OverlapDeclared Overlap = "declared"
 )
 
 // OverlapOf maps "two holders seen" to an Overlap.
