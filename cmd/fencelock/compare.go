@@ -58,7 +58,7 @@ func runCompare(ctx context.Context, args []string) error {
 	fs.Float64Var(&cfg.studyRate, "study-stall", 0.05, "share of sections that stall in the study protocol")
 	fs.IntVar(&cfg.held, "held", 1000, "leases one Client holds at once for the cost table (fewer where a backend's row says so)")
 	fs.BoolVar(&cfg.faults, "faults", true, "run the backends' fault tests (go test) and tabulate what they measured")
-	fs.StringVar(&cfg.peers, "peers", "docs/bench/peers.json", "peer benchmark results written by `make bench-peers` ('' to leave out)")
+	fs.StringVar(&cfg.peers, "peers", "docs/bench/peers.json", "peer benchmark results, the JSON file that make bench-peers writes ('' to leave them out)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,14 +26,27 @@ func runConformance(ctx context.Context, args []string) error {
 	failFast := fs.Bool("failfast", false, "stop after the first failing check")
 	probe := fs.Duration("probe-timeout", 10*time.Second, "how long the store may take to answer the first request (Open + TryAcquire + Release) before the run gives up")
 	base := fs.Duration("deadline", conformance.DefaultBaseDeadline, "fixed part of each check's deadline (each check may run this + k×TTL)")
+	format := fs.String("format", "text", "result format on stdout: text (a line per check), json, or junit (JUnit XML, which CI systems render); with json and junit the lines per check go to stderr")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if !slices.Contains(reportFormats, *format) {
+		fmt.Fprintf(os.Stderr, "fencelock conformance: --format %q: want one of %s\n", *format, strings.Join(reportFormats, ", "))
+		return usageError{errors.New("bad --format")}
+	}
+	out := os.Stdout
+	if *format != "text" {
+		out = os.Stderr
 	}
 	if *list {
 		for _, n := range conformance.Checks() {
 			fmt.Println(n)
 		}
 		return nil
+	}
+	if *filter != "" && !slices.ContainsFunc(conformance.Checks(), func(n string) bool { return strings.Contains(n, *filter) }) {
+		fmt.Fprintf(os.Stderr, "fencelock conformance: no check name contains %q ('fencelock conformance --list' lists them)\n", *filter)
+		return usageError{errors.New("no check matches --run")}
 	}
 	if *probe <= 0 || *base <= 0 {
 		fmt.Fprintln(os.Stderr, "fencelock conformance: --probe-timeout and --deadline must be positive")
@@ -44,16 +58,22 @@ func runConformance(ctx context.Context, args []string) error {
 	}
 	defer cleanup()
 	shown := fencelock.RedactURL(rawURL)
-	backend, err := probeStore(ctx, rawURL, *probe)
+	caps, err := probeStore(ctx, rawURL, *probe)
+	backend := caps.Backend
 	if err != nil {
-		return fmt.Errorf("cannot reach %s: %s", shown, strings.TrimPrefix(scrub(err.Error(), rawURL), "fencelock: "))
+		msg := strings.TrimPrefix(scrub(err.Error(), rawURL), "fencelock: ")
+		if errors.Is(err, fencelock.ErrInvalid) {
+			return fmt.Errorf("%s: %s", shown, msg)
+		}
+		return fmt.Errorf("cannot reach %s: %s", shown, msg)
 	}
-	fmt.Printf("conformance suite against %s (%s backend; lock names under a random fencelock-conformance-* prefix per check; %s)\n",
+	fmt.Fprintf(out, "conformance suite against %s (%s backend; lock names under a random fencelock-conformance-* prefix per check; %s)\n",
 		shown, backend, whatStays(backend))
+	started := time.Now()
 	var lost error // the store stopped answering mid-run
 	res := conformance.RunWith(ctx, func(ctx context.Context) (conformance.Harness, error) {
 		return conformance.NewURLHarness(ctx, rawURL)
-	}, &conformance.RunOptions{Filter: *filter, Out: os.Stdout, FailFast: *failFast, StopOnDeadline: true, BaseDeadline: *base,
+	}, &conformance.RunOptions{Filter: *filter, Out: out, FailFast: *failFast, StopOnDeadline: true, BaseDeadline: *base,
 		Continue: func(r conformance.Result) bool {
 			if r.Outcome != "fail" {
 				return true
@@ -81,11 +101,16 @@ func runConformance(ctx context.Context, args []string) error {
 			timedOut++
 		}
 	}
-	fmt.Printf("%d passed, %d failed, %d skipped, %d not applicable", pass, fail, skip, na)
+	fmt.Fprintf(out, "%d passed, %d failed, %d skipped, %d not applicable", pass, fail, skip, na)
 	if n := len(conformance.Checks()) - len(res); n > 0 && *filter == "" {
-		fmt.Printf(", %d not run", n)
+		fmt.Fprintf(out, ", %d not run", n)
 	}
-	fmt.Println()
+	fmt.Fprintln(out)
+	if *format != "text" {
+		if err := writeReport(os.Stdout, *format, shown, caps, started, res); err != nil {
+			return err
+		}
+	}
 	switch {
 	case lost != nil:
 		return lost
@@ -100,15 +125,15 @@ func runConformance(ctx context.Context, args []string) error {
 }
 
 // probeStore opens the store and takes and releases a throwaway lock,
-// within timeout, and returns the backend's name: an unreachable store is
+// within timeout, and returns the backend's capabilities: an unreachable store is
 // reported once, before any check runs. It returns at most a second after
 // timeout even if the driver is slower to give up (a driver may wait a
 // while to clean up an attempt of unknown outcome); the probe then ends in
 // the background.
-func probeStore(ctx context.Context, rawURL string, timeout time.Duration) (string, error) {
+func probeStore(ctx context.Context, rawURL string, timeout time.Duration) (fencelock.Capabilities, error) {
 	type result struct {
-		backend string
-		err     error
+		caps fencelock.Capabilities
+		err  error
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -121,18 +146,18 @@ func probeStore(ctx context.Context, rawURL string, timeout time.Duration) (stri
 	defer grace.Stop()
 	select {
 	case r := <-got:
-		return r.backend, r.err
+		return r.caps, r.err
 	case <-grace.C:
-		return "", fmt.Errorf("no answer within %v (--probe-timeout)", timeout)
+		return fencelock.Capabilities{}, fmt.Errorf("no answer within %v (--probe-timeout)", timeout)
 	}
 }
 
-func probeOnce(ctx context.Context, rawURL string, timeout time.Duration) (backend string, err error) {
+func probeOnce(ctx context.Context, rawURL string, timeout time.Duration) (fencelock.Capabilities, error) {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	c, err := client(ctx, rawURL, &fencelock.Options{Prefix: "fencelock-conformance-probe-" + hex.EncodeToString(b) + "/", ReleaseTimeout: timeout})
 	if err != nil {
-		return "", probeErr(ctx, timeout, err)
+		return fencelock.Capabilities{}, probeErr(ctx, timeout, err)
 	}
 	defer c.Close()
 	caps := c.Capabilities()
@@ -142,12 +167,12 @@ func probeOnce(ctx context.Context, rawURL string, timeout time.Duration) (backe
 	}
 	l, err := c.TryAcquire(ctx, "probe", &fencelock.AcquireOptions{TTL: ttl, AutoRenew: fencelock.Bool(false)})
 	if err != nil {
-		return caps.Backend, probeErr(ctx, timeout, err)
+		return caps, probeErr(ctx, timeout, err)
 	}
 	if err := l.Release(ctx); err != nil {
-		return caps.Backend, probeErr(ctx, timeout, err)
+		return caps, probeErr(ctx, timeout, err)
 	}
-	return caps.Backend, nil
+	return caps, nil
 }
 
 func probeErr(ctx context.Context, timeout time.Duration, err error) error {

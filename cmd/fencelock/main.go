@@ -14,6 +14,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -63,6 +64,9 @@ func main() {
 	default:
 		fmt.Fprintf(os.Stderr, "fencelock: unknown command %q\n\n%s", os.Args[1], usage)
 		os.Exit(2)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return // 'fencelock <command> -h' printed its flags
 	}
 	if err != nil {
 		var ue usageError

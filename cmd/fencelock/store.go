@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -37,6 +38,9 @@ func client(ctx context.Context, url string, o *fencelock.Options) (*fencelock.C
 func parse(fs *flag.FlagSet, args []string) error {
 	fs.SetOutput(os.Stderr)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err // -h: the usage was printed; main exits 0
+		}
 		return usageError{err}
 	}
 	if fs.NArg() > 0 {

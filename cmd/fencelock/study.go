@@ -125,6 +125,12 @@ func runLostUpdatesProfile(ctx context.Context, sf *storeFlags, profile string, 
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, f := range []string{"stall", "ttl"} {
+		if set[f] {
+			fmt.Fprintf(os.Stderr, "fencelock lostupdates: --%s does not apply to --profile %s, whose protocol fixes it (TTL %v, stalls of %v–%v); use --profile quick to choose it\n", f, profile, p.cfg.TTL, p.cfg.StallMin, p.cfg.StallMax)
+			return usageError{fmt.Errorf("--%s with --profile %s", f, profile)}
+		}
+	}
 	if !set["workers"] {
 		workers = p.cfg.Workers
 	}
