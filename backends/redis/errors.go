@@ -16,7 +16,9 @@ import (
 //   - ErrClosed when the go-redis client was closed;
 //   - the ctx error when ctx ended (errors.Is(err, ctx.Err()) holds);
 //   - ErrInvalid for a MOVED or ASK reply: a single-server client talks to
-//     a Redis Cluster node;
+//     a Redis Cluster node; and for a refused connection set-up (a wrong or
+//     missing password, an unknown database number): a configuration
+//     error, and the command never ran;
 //   - nothing more for a Redis error reply that says the request itself is
 //     wrong (WRONGTYPE, NOPERM, a script error): retrying will not help;
 //   - ErrUnavailable otherwise: network errors, timeouts, and replies that
@@ -31,10 +33,29 @@ func classify(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("redis %s: %w (%w)", op, ctx.Err(), err)
 	case isReply(err) && (strings.HasPrefix(err.Error(), "MOVED ") || strings.HasPrefix(err.Error(), "ASK ")):
 		return fmt.Errorf("%w: redis %s: %w: the server is a Redis Cluster node: open it with ?cluster=true or pass a *goredis.ClusterClient", driver.ErrInvalid, op, err)
+	case configReply(err):
+		return fmt.Errorf("%w: redis %s: %w: the server refused this connection's set-up (password, user or database number): check the URL or client options; no command ran", driver.ErrInvalid, op, err)
 	case isReply(err) && !unavailableReply(err):
 		return fmt.Errorf("redis %s: %w", op, err)
 	}
 	return fmt.Errorf("%w: redis %s: %w; check that the server is up and the URL or client options point at it", driver.ErrUnavailable, op, err)
+}
+
+// configReply reports whether err is the server refusing a connection's
+// set-up (AUTH, HELLO, SELECT), which go-redis sends before a connection's
+// first command: a wrong or missing password, an unknown user, a database
+// number the server does not have. The command itself never ran.
+func configReply(err error) bool {
+	if !isReply(err) {
+		return false
+	}
+	msg := err.Error()
+	for _, p := range []string{"NOAUTH ", "WRONGPASS ", "ERR DB index", "ERR invalid DB index", "ERR AUTH ", "ERR Client sent AUTH"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // isReply reports whether err is an error reply from the server.
@@ -61,5 +82,5 @@ func notSent(err error) bool {
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true
 	}
-	return errors.Is(err, goredis.ErrClosed) || errors.Is(err, goredis.ErrPoolTimeout) || errors.Is(err, goredis.ErrPoolExhausted)
+	return configReply(err) || errors.Is(err, goredis.ErrClosed) || errors.Is(err, goredis.ErrPoolTimeout) || errors.Is(err, goredis.ErrPoolExhausted)
 }
