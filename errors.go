@@ -1,6 +1,7 @@
 package fencelock
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/fencelock/fencelock/driver"
@@ -61,11 +62,15 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// quoteName shortens very long names in messages.
+// quoteName quotes a lock name for a message as a Go string literal, so
+// that a name with a NUL byte, control characters or invalid UTF-8 (which
+// validation refuses) still makes a printable, one-line message, and
+// shortens very long names.
 func quoteName(n string) string {
 	const max = 64
 	if len(n) > max {
-		return `"` + n[:max] + `..."`
+		q := strconv.Quote(n[:max])
+		return q[:len(q)-1] + `..."`
 	}
-	return `"` + n + `"`
+	return strconv.Quote(n)
 }

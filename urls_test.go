@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/memory"
@@ -121,6 +123,21 @@ func TestRedactURL(t *testing.T) {
 	} {
 		if got := fencelock.RedactURL(in); got != want || strings.Contains(got, "s3cret") {
 			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestErrorQuotesNames: a name validation refuses (a NUL byte, invalid
+// UTF-8, a control character) is quoted in the message, so the log line
+// stays printable text on one line.
+func TestErrorQuotesNames(t *testing.T) {
+	for _, name := range []string{"a\x00b", "bad\xff", "line\nbreak", strings.Repeat("é", 40)} {
+		msg := (&fencelock.Error{Op: "acquire", Name: name, Err: fencelock.ErrInvalid}).Error()
+		for _, r := range msg {
+			if r == 0 || r == '\n' || r == utf8.RuneError || !unicode.IsPrint(r) {
+				t.Errorf("name %q: message %q has the unprintable %U", name, msg, r)
+				break
+			}
 		}
 	}
 }
