@@ -71,6 +71,11 @@ type RunOptions struct {
 	// TTL is the short TTL the timing checks use, raised to the store's
 	// MinTTL. Default: 400ms.
 	TTL time.Duration
+	// Progress, if positive, writes a line to Out every Progress while a
+	// check runs: how long it has run and what it is waiting for, so that
+	// a long check (LostUpdates, the freeze checks) is not silent.
+	// Default: no such lines.
+	Progress time.Duration
 }
 
 func (o *RunOptions) ttl() time.Duration {
@@ -240,6 +245,12 @@ func runCheck(parent context.Context, c check, r *runT, o *RunOptions, harness f
 		w.set("the check's steps (it set no waiting note since it started)")
 		c.run(r, e)
 	}()
+	var tick <-chan time.Time
+	if o != nil && o.Out != nil && o.Progress > 0 {
+		tk := time.NewTicker(o.Progress)
+		defer tk.Stop()
+		tick = tk.C
+	}
 	for {
 		d := w.until()
 		tm := time.NewTimer(d)
@@ -249,6 +260,10 @@ func runCheck(parent context.Context, c check, r *runT, o *RunOptions, harness f
 			return false
 		case <-w.changed:
 			tm.Stop()
+			continue
+		case <-tick:
+			tm.Stop()
+			fmt.Fprintf(o.Out, "     %-38s %6.0fs  running: waiting for %s\n", c.name, time.Since(w.start).Seconds(), w.get())
 			continue
 		case <-tm.C:
 			if w.until() > 0 {

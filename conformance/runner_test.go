@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,4 +140,48 @@ func TestRunConformanceTestsDoesNotHang(t *testing.T) {
 	if took > 15*time.Second {
 		t.Errorf("child took %v with a 1.4s deadline", took)
 	}
+}
+
+// A check that runs longer than RunOptions.Progress reports, while it
+// runs, how long it has run and what it is waiting for.
+func TestProgressLines(t *testing.T) {
+	release := make(chan struct{})
+	c := check{name: "Slow", ttls: 1, run: func(t TB, e *env) {
+		e.waiting("the test to let go")
+		<-release
+	}}
+	var out strings.Builder
+	r := &runT{name: c.name}
+	var mu lockedWriter
+	mu.w = &out
+	go func() {
+		for !strings.Contains(mu.String(), "running: waiting for the test to let go") {
+			time.Sleep(5 * time.Millisecond)
+		}
+		close(release)
+	}()
+	if runCheck(t.Context(), c, r, &RunOptions{BaseDeadline: 10 * time.Second, Out: &mu, Progress: 20 * time.Millisecond}, newMem) {
+		t.Fatalf("the check hit its deadline; progress lines: %q", mu.String())
+	}
+	if !strings.Contains(mu.String(), "Slow") {
+		t.Fatalf("progress lines %q: want the check's name", mu.String())
+	}
+}
+
+// lockedWriter is a strings.Builder safe for a writer and a reader.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *strings.Builder
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.String()
 }

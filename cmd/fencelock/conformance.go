@@ -73,7 +73,7 @@ func runConformance(ctx context.Context, args []string) error {
 	var lost error // the store stopped answering mid-run
 	res := conformance.RunWith(ctx, func(ctx context.Context) (conformance.Harness, error) {
 		return conformance.NewURLHarness(ctx, rawURL)
-	}, &conformance.RunOptions{Filter: *filter, Out: out, FailFast: *failFast, StopOnDeadline: true, BaseDeadline: *base,
+	}, &conformance.RunOptions{Filter: *filter, Out: out, Progress: 15 * time.Second, FailFast: *failFast, StopOnDeadline: true, BaseDeadline: *base,
 		Continue: func(r conformance.Result) bool {
 			if r.Outcome != "fail" {
 				return true
