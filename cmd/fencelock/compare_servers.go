@@ -60,11 +60,11 @@ var compareBackends = []struct {
 		return e.URL(""), "etcd " + version("etcd", "--version", "etcd Version: ") + " (Debian), default timing, fsync on, 1 member", func() { _ = e.Kill() }, nil
 	}},
 	{"zookeeper", []string{"zk"}, "a ZooKeeper ensemble (3 or 5)", 0, "", func(ctx context.Context, _ string) (string, string, func(), error) {
-		z, err := testserver.NewZooKeeper(ctx, 1)
+		z, err := testserver.NewStockZooKeeper(ctx)
 		if err != nil {
 			return "", "", nil, err
 		}
-		return z.URL(), "ZooKeeper " + zkVersion() + " (Debian), standalone, default tickTime, fsync on", z.Cleanup, nil
+		return z.URL(), "ZooKeeper " + zkVersion() + " (Debian), standalone, stock timing (tickTime 2 s, so sessions of 4–40 s), fsync on", z.Cleanup, nil
 	}},
 	{"pgadvisory", []string{"postgres", "postgresql"}, "one PostgreSQL primary; a pool connection per held lease and per waiter", 100, "pool_max_conns=110", func(ctx context.Context, _ string) (string, string, func(), error) {
 		p, err := testserver.NewPostgres(ctx, "-c", "fsync=on", "-c", "full_page_writes=on", "-c", "synchronous_commit=on")
