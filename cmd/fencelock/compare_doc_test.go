@@ -113,6 +113,9 @@ func TestCompareDocHasEveryBackendInEveryTable(t *testing.T) {
 				t.Errorf("%s has no mark for the peer", name)
 			}
 		}
+		if svg := d.charts()["handoff.svg"]; !bytes.Contains(svg, []byte(">redis fencelock (bench-peers run)<")) {
+			t.Errorf("the hand-off chart has no mark for fencelock from the peers' run, beside the peers")
+		}
 		if svg := d.charts()["contention.svg"]; !bytes.Contains(svg, []byte(">redis fencelock<")) {
 			t.Errorf("the contention chart has no mark for fencelock from the peers' run")
 		}

@@ -59,7 +59,8 @@ func (d *compareDoc) charts() map[string][]byte {
 type handoffRow struct {
 	label string
 	q     [5]time.Duration // p1, p25, p50, p75, p99
-	peer  bool             // a peer library's: only p50 and p99 are known
+	peer  bool             // from the bench-peers run: only p50 and p99 are known
+	ours  bool             // fencelock's, in the bench-peers run
 }
 
 func (d *compareDoc) handoffRows() []handoffRow {
@@ -93,12 +94,15 @@ func (d *compareDoc) handoffChart() []byte {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", left+width+30, h)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="10" y="20" font-size="14">Hand-off: the holder's Release → the blocked Acquire returns</text>`+"\n")
-	fmt.Fprintf(&b, `<text x="10" y="40" fill="#555">fencelock (this run): p1–p99 whiskers, p25–p75 box, p50 mark; peers in red (make bench-peers): p50 mark, whisker to p99</text>`+"\n")
+	fmt.Fprintf(&b, `<text x="10" y="40" fill="#555">this compare run: p1–p99 whiskers, p25–p75 box, p50 mark; below, the make bench-peers run, fencelock in blue and peers in red: p50 mark, whisker to p99</text>`+"\n")
 	d.decades(&b, ax, top-8, h-30)
 	for i, r := range rows {
 		y := top + rowH*float64(i) + rowH/2
 		ink := "#000"
-		if r.peer {
+		switch {
+		case r.peer && r.ours:
+			ink = "#1a5fb4"
+		case r.peer:
 			ink = "#c01c28"
 		}
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" text-anchor="end" dominant-baseline="middle" fill="%s">%s</text>`+"\n", left-8, y, ink, html.EscapeString(r.label))
