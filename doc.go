@@ -50,8 +50,12 @@
 // the store reports the lease gone, or when MaxHold passes, the lease ends:
 // Done is closed, Err returns an error wrapping ErrLeaseLost, and Context is
 // cancelled with that cause, before the store can grant the lock to anyone
-// else (under bounded clock-rate drift). Pass Context to the work; but only
-// the fence protects against a worker that is paused and cannot look.
+// else (under bounded clock-rate drift). One store breaks that order, and
+// declares by how much in Capabilities.BreakOverlap: PostgreSQL frees a lock
+// the moment it sees its holder's connection break, before the holder can
+// know (the holder learns within 50 ms). Pass Context to the work; but only
+// the fence protects against a worker that is paused and cannot look, or
+// that has not yet learned its connection broke.
 //
 // Release runs on a context detached from the caller's (bounded by
 // Options.ReleaseTimeout), is idempotent, never removes another holder's
