@@ -26,11 +26,14 @@ var (
 	releaseLua string
 	//go:embed extend.lua
 	extendLua string
+	//go:embed raise.lua
+	raiseLua string
 
 	acquireScript   = goredis.NewScript(acquireLua)
 	writebackScript = goredis.NewScript(writebackLua)
 	releaseScript   = goredis.NewScript(releaseLua)
 	extendScript    = goredis.NewScript(extendLua)
+	raiseScript     = goredis.NewScript(raiseLua)
 )
 
 // MinTTL is the shortest lease TTL the backend accepts. An acquire needs a
@@ -122,7 +125,8 @@ type node struct {
 }
 
 // backend is the Redlock driver. It implements driver.Backend,
-// driver.Waiter, driver.Admin and driver.Aser.
+// driver.Waiter, driver.Admin (with driver.FenceAdmin and
+// driver.QuorumAdmin) and driver.Aser.
 type backend struct {
 	nodes  []*node
 	quorum int
@@ -188,8 +192,10 @@ func (b *backend) inFlight(key string) *gate {
 var (
 	_ driver.Backend = (*backend)(nil)
 	_ driver.Waiter  = (*backend)(nil)
-	_ driver.Admin   = (*backend)(nil)
-	_ driver.Aser    = (*backend)(nil)
+	_ driver.Admin       = (*backend)(nil)
+	_ driver.FenceAdmin  = (*backend)(nil)
+	_ driver.QuorumAdmin = (*backend)(nil)
+	_ driver.Aser        = (*backend)(nil)
 )
 
 func newBackend(clients []*goredis.Client, owns bool) *backend {
