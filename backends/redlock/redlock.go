@@ -190,8 +190,8 @@ func (b *backend) inFlight(key string) *gate {
 }
 
 var (
-	_ driver.Backend = (*backend)(nil)
-	_ driver.Waiter  = (*backend)(nil)
+	_ driver.Backend     = (*backend)(nil)
+	_ driver.Waiter      = (*backend)(nil)
 	_ driver.Admin       = (*backend)(nil)
 	_ driver.FenceAdmin  = (*backend)(nil)
 	_ driver.QuorumAdmin = (*backend)(nil)
