@@ -3,7 +3,8 @@
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] void key of this token
 -- ARGV[1] owner token   ARGV[2] TTL in milliseconds
 -- Returns {1, counter} when granted: counter = max(stored + 1, server TIME
--- truncated to the millisecond, in microseconds), stored back;
+-- in microseconds, truncated to the millisecond if a counter is stored),
+-- stored back;
 -- {0, PTTL of the holder} when held (-1: the key has no expiry);
 -- {0, -3} when this attempt was abandoned (see release.lua).
 -- With KEYS[4] and KEYS[5] (on the lead primary, for a blocked Acquire):
@@ -79,13 +80,20 @@ if queued and (ARGV[5] == '1' or redis.call('ZSCORE', KEYS[4], ARGV[3])) then
   redis.call('PEXPIRE', KEYS[5], ARGV[4])
 end
 -- The time floor keeps the counter above every earlier fence when this
--- primary lost its data (restarted empty or from an old snapshot). It is
--- truncated to the millisecond so that primaries whose counters agree
--- usually compute the same value, which saves the client a write-back
--- round trip (see the package doc). Microseconds since 1970 stay below
--- 2^53 until 2255: exact in Lua's doubles; %d prints every digit.
+-- primary lost its data (restarted empty or from an old snapshot). While
+-- a counter is stored, the floor is truncated to the millisecond so that
+-- primaries whose counters agree usually compute the same value, which
+-- saves the client a write-back round trip (see the package doc). Without
+-- one (a new name, or the counter was lost) it is the full microsecond:
+-- fences issued earlier in this same millisecond (from its truncated
+-- floor, plus one per grant) are below it, while a truncated floor would
+-- repeat them. Microseconds since 1970 stay below 2^53 until 2255: exact
+-- in Lua's doubles; %d prints every digit.
 local t = redis.call('TIME')
 local c = tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
+if not v[2] then
+  c = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 if c <= stored then
   c = stored + 1
 end

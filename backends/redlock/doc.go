@@ -31,7 +31,8 @@
 //
 //   - Acquire: on each primary, SET K token NX PX ttl and, only if that
 //     succeeds, bump the primary's fence counter to max(stored + 1, server
-//     TIME truncated to the millisecond, in µs) and return it. The attempt
+//     TIME in µs, truncated to the millisecond while a counter is stored)
+//     and return it. The attempt
 //     is granted when Q primaries granted within the validity (below), and
 //     refused as soon as N−Q+1 refused or failed. The fence is the Q-th
 //     smallest counter the granting primaries returned; W is the granting
@@ -42,7 +43,9 @@
 //     after that. Usually a majority returns the same value (their
 //     counters agree and their clocks read the same millisecond; a grant
 //     still on its way is awaited briefly for that) and no write-back is
-//     needed.
+//     needed. On the first grant of a name (or the first after a primary
+//     lost its counter) the primaries return their full server time in µs
+//     (see # Fences), so they disagree and the write-back is needed.
 //   - Abandon: a failed attempt — refused, too slow, or ctx ended mid-flight
 //     — releases the lock on every primary that granted it and on every
 //     primary whose reply never came, and marks the token void there, so
@@ -122,7 +125,10 @@
 // acquire script takes over — B's fence is at least x's server time in µs,
 // which is above every fence issued before the restart as long as x's
 // clock is not behind the other primaries' by more than the restart took
-// (fences are issued far slower than one per µs). Capabilities therefore
+// (fences are issued far slower than one per µs). A primary without a
+// counter takes the full µs as its floor, not the millisecond it usually
+// truncates to, so that this holds even when the counter was lost within
+// the millisecond of the last grant (TestFenceRisesAfterDropFenceState). Capabilities therefore
 // declare FenceTimeFloored, the redis backend's guarantee; with every
 // primary durable (appendonly yes, appendfsync always) the order is strict
 // and needs no clock at all. Fences are about 1.8e15 (µs since 1970): they

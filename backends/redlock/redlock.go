@@ -76,7 +76,7 @@ const voidLifetime = 5 * time.Minute
 var capabilities = driver.Capabilities{
 	Backend:        "redlock",
 	Fence:          driver.FenceTimeFloored,
-	FenceSource:    "quorum counter: the majority-th smallest of the granting primaries' counters (each max(stored+1, server TIME in ms×1000), bumped in the script that SETs NX PX), stored on a majority before the lease is returned; key <lock key>\\xff:fence on each primary, never deleted",
+	FenceSource:    "quorum counter: the majority-th smallest of the granting primaries' counters (each max(stored+1, server TIME in µs, truncated to the ms while a counter is stored), bumped in the script that SETs NX PX), stored on a majority before the lease is returned; key <lock key>\\xff:fence on each primary, never deleted",
 	MinTTL:         MinTTL,
 	TTLGranularity: time.Millisecond,
 	TimeAuthority:  driver.TimeServer,
