@@ -14,12 +14,16 @@
 -- ARGV[5] '1' for an ordered attempt, '0' for a plain one. In an ordered
 -- attempt, waiters past their deadline are dropped from the head, and a
 -- waiter behind others is refused and queued (kept in place if it was
--- already) with {0, -4}. The first in line, a waiter that finds nobody
--- queued, and a plain attempt try the lock, and the waiter is queued if it
--- is held. A waiter granted in an ordered attempt, or already queued, is
--- put at the head (score 0: the holder) and stays there, so that nobody
--- passes it while it holds the lock, nor if its attempt fails elsewhere,
--- until its release takes it out (release.lua).
+-- already) with {0, -4, ms until the head's place ends}. The first in
+-- line, a waiter that finds nobody queued, and a plain attempt try the
+-- lock, and the waiter is queued if it is held. A waiter granted in an
+-- ordered attempt, or already queued, is put at the head (score 0: the
+-- holder) and stays there, so that nobody passes it while it holds the
+-- lock, nor if its attempt fails elsewhere (its abandon keeps the place:
+-- release.lua), until its release takes it out, or until its lock key
+-- here expires (its deadline is the grant plus the smaller of ARGV[4] and
+-- the TTL): a holder that stopped renewing (a stall, a crash) holds up
+-- the queue no longer than its lock.
 local v = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
 if v[3] then
   return {0, -3}
@@ -48,9 +52,10 @@ if queued and ARGV[5] == '1' then
     if not head or head == ARGV[3] then
       break
     end
-    if tonumber(redis.call('HGET', KEYS[5], head) or '0') >= now then
+    local deadline = tonumber(redis.call('HGET', KEYS[5], head) or '0')
+    if deadline >= now then
       enqueue(now)
-      return {0, -4}
+      return {0, -4, deadline - now}
     end
     redis.call('ZREM', KEYS[4], head)
     redis.call('HDEL', KEYS[5], head)
@@ -75,7 +80,7 @@ if v[1] or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 end
 if queued and (ARGV[5] == '1' or redis.call('ZSCORE', KEYS[4], ARGV[3])) then
   redis.call('ZADD', KEYS[4], 0, ARGV[3])
-  redis.call('HSET', KEYS[5], ARGV[3], now + tonumber(ARGV[4]))
+  redis.call('HSET', KEYS[5], ARGV[3], now + math.min(tonumber(ARGV[4]), tonumber(ARGV[2])))
   redis.call('PEXPIRE', KEYS[4], ARGV[4])
   redis.call('PEXPIRE', KEYS[5], ARGV[4])
 end

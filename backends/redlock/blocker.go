@@ -85,7 +85,13 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if ctx.Err() != nil {
 			return nil, time.Time{}, ctxErr(ctx, "acquire", "waiting for the lock")
 		}
-		wctx, cancel := context.WithTimeout(ctx, backoff(attempt))
+		// The refusal may say when the lock is free (a holder's keys run
+		// out: expiry publishes nothing); the wait ends then at the latest.
+		d := backoff(attempt)
+		if at, ok := retryAt(err); ok {
+			d = min(d, time.Until(at))
+		}
+		wctx, cancel := context.WithTimeout(ctx, d)
 		werr := b.wait(wctx, req.Name, t.kick)
 		cancel()
 		switch {
