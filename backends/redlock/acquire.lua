@@ -3,7 +3,8 @@
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] void key of this token
 -- ARGV[1] owner token   ARGV[2] TTL in milliseconds
 -- Returns {1, counter} when granted: counter = max(stored + 1, server TIME
--- truncated to the millisecond, in microseconds), stored back;
+-- in microseconds, truncated to the millisecond if a counter is stored),
+-- stored back;
 -- {0, PTTL of the holder} when held (-1: the key has no expiry);
 -- {0, -3} when this attempt was abandoned (see release.lua).
 -- With KEYS[4] and KEYS[5] (on the lead primary, for a blocked Acquire):
@@ -13,12 +14,16 @@
 -- ARGV[5] '1' for an ordered attempt, '0' for a plain one. In an ordered
 -- attempt, waiters past their deadline are dropped from the head, and a
 -- waiter behind others is refused and queued (kept in place if it was
--- already) with {0, -4}. The first in line, a waiter that finds nobody
--- queued, and a plain attempt try the lock, and the waiter is queued if it
--- is held. A waiter granted in an ordered attempt, or already queued, is
--- put at the head (score 0: the holder) and stays there, so that nobody
--- passes it while it holds the lock, nor if its attempt fails elsewhere,
--- until its release takes it out (release.lua).
+-- already) with {0, -4, ms until the head's place ends}. The first in
+-- line, a waiter that finds nobody queued, and a plain attempt try the
+-- lock, and the waiter is queued if it is held. A waiter granted in an
+-- ordered attempt, or already queued, is put at the head (score 0: the
+-- holder) and stays there, so that nobody passes it while it holds the
+-- lock, nor if its attempt fails elsewhere (its abandon keeps the place:
+-- release.lua), until its release takes it out, or until its lock key
+-- here expires (its deadline is the grant plus the smaller of ARGV[4] and
+-- the TTL): a holder that stopped renewing (a stall, a crash) holds up
+-- the queue no longer than its lock.
 local v = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
 if v[3] then
   return {0, -3}
@@ -47,9 +52,10 @@ if queued and ARGV[5] == '1' then
     if not head or head == ARGV[3] then
       break
     end
-    if tonumber(redis.call('HGET', KEYS[5], head) or '0') >= now then
+    local deadline = tonumber(redis.call('HGET', KEYS[5], head) or '0')
+    if deadline >= now then
       enqueue(now)
-      return {0, -4}
+      return {0, -4, deadline - now}
     end
     redis.call('ZREM', KEYS[4], head)
     redis.call('HDEL', KEYS[5], head)
@@ -74,18 +80,25 @@ if v[1] or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 end
 if queued and (ARGV[5] == '1' or redis.call('ZSCORE', KEYS[4], ARGV[3])) then
   redis.call('ZADD', KEYS[4], 0, ARGV[3])
-  redis.call('HSET', KEYS[5], ARGV[3], now + tonumber(ARGV[4]))
+  redis.call('HSET', KEYS[5], ARGV[3], now + math.min(tonumber(ARGV[4]), tonumber(ARGV[2])))
   redis.call('PEXPIRE', KEYS[4], ARGV[4])
   redis.call('PEXPIRE', KEYS[5], ARGV[4])
 end
 -- The time floor keeps the counter above every earlier fence when this
--- primary lost its data (restarted empty or from an old snapshot). It is
--- truncated to the millisecond so that primaries whose counters agree
--- usually compute the same value, which saves the client a write-back
--- round trip (see the package doc). Microseconds since 1970 stay below
--- 2^53 until 2255: exact in Lua's doubles; %d prints every digit.
+-- primary lost its data (restarted empty or from an old snapshot). While
+-- a counter is stored, the floor is truncated to the millisecond so that
+-- primaries whose counters agree usually compute the same value, which
+-- saves the client a write-back round trip (see the package doc). Without
+-- one (a new name, or the counter was lost) it is the full microsecond:
+-- fences issued earlier in this same millisecond (from its truncated
+-- floor, plus one per grant) are below it, while a truncated floor would
+-- repeat them. Microseconds since 1970 stay below 2^53 until 2255: exact
+-- in Lua's doubles; %d prints every digit.
 local t = redis.call('TIME')
 local c = tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
+if not v[2] then
+  c = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 if c <= stored then
   c = stored + 1
 end

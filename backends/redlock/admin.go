@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock/driver"
 )
@@ -24,6 +28,97 @@ func (b *backend) Expire(ctx context.Context, name string) error {
 		return v, 0, err
 	})
 	return b.collectAdmin(ctx, "expire", replies)
+}
+
+// StoredFence implements driver.FenceAdmin: it reads the fence key of the
+// lock with store key name on every primary and returns the largest value
+// that a majority of them hold at least (the majority-th largest counter;
+// a primary without the key holds nothing): every later grant's
+// write-back majority meets that majority, so its fence exceeds the
+// value. ok is false if fewer than a majority of primaries keep a counter.
+// It fails if fewer than a majority answered; a primary that did not
+// answer counts as keeping nothing, so the value is then a lower bound.
+func (b *backend) StoredFence(ctx context.Context, name string) (uint64, bool, error) {
+	k := keysFor(name)
+	replies := b.fan(deadlineOf(ctx, adminTimeout), all(len(b.nodes)), func(ctx context.Context, i int) (int64, int64, error) {
+		s, err := b.nodes[i].c.Get(ctx, k.fence).Result()
+		if errors.Is(err, goredis.Nil) {
+			return 0, 0, nil
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || v < 0 {
+			return 0, 0, fmt.Errorf("fence key %q holds %q, not a fencelock counter", k.fence, s)
+		}
+		return 1, v, nil
+	})
+	var (
+		held []int64 // the counters of the primaries that keep one
+		errs []error
+	)
+	for range b.nodes {
+		select {
+		case r := <-replies:
+			switch {
+			case r.err != nil:
+				errs = append(errs, nodeErr(b.nodes[r.i].addr, "stored fence", r.err))
+			case r.a == 1:
+				held = append(held, r.b)
+			}
+		case <-ctx.Done():
+			return 0, false, ctxErr(ctx, "stored fence", "waiting for the primaries")
+		}
+	}
+	if len(b.nodes)-len(errs) < b.quorum {
+		return 0, false, fmt.Errorf("redlock stored fence: only %d of %d primaries answered: %w", len(b.nodes)-len(errs), len(b.nodes), errors.Join(errs...))
+	}
+	if len(held) < b.quorum {
+		return 0, false, nil
+	}
+	slices.Sort(held)
+	return uint64(held[len(held)-b.quorum]), true, nil
+}
+
+// DropFenceState implements driver.FenceAdmin: it deletes the fence key of
+// the lock with store key name on every primary, as if each restarted
+// empty; the next grant's fence then rests on the primaries' time floor
+// (see the package doc's # Fences). The lock must be free. It fails only
+// if fewer than a majority of primaries could be asked.
+func (b *backend) DropFenceState(ctx context.Context, name string) error {
+	k := keysFor(name)
+	replies := b.fan(deadlineOf(ctx, adminTimeout), all(len(b.nodes)), func(ctx context.Context, i int) (int64, int64, error) {
+		v, err := b.nodes[i].c.Del(ctx, k.fence).Result()
+		return v, 0, err
+	})
+	return b.collectAdmin(ctx, "drop fence state", replies)
+}
+
+// Nodes implements driver.QuorumAdmin: the number of primaries, in the
+// order New or the URL gave them.
+func (b *backend) Nodes() int { return len(b.nodes) }
+
+// RaiseFence implements driver.QuorumAdmin: on primary node alone it sets
+// the fence counter of the lock with store key name to by above what that
+// primary's next grant would return without it, max(stored counter,
+// server TIME in µs) + by, as grants that reached other majorities would
+// leave it. It fails if the counter would reach 2^53 (the scripts count
+// in Lua's doubles).
+func (b *backend) RaiseFence(ctx context.Context, name string, node int, by uint64) error {
+	if node < 0 || node >= len(b.nodes) {
+		return fmt.Errorf("%w: redlock RaiseFence: node %d of %d primaries", driver.ErrInvalid, node, len(b.nodes))
+	}
+	if by >= 1<<53 {
+		return fmt.Errorf("%w: redlock RaiseFence by %d: counters stay below 2^53", driver.ErrInvalid, by)
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadlineOf(ctx, adminTimeout))
+	defer cancel()
+	nd := b.nodes[node]
+	if err := raiseScript.Run(ctx, nd.c, []string{keysFor(name).fence}, by).Err(); err != nil {
+		return nodeErr(nd.addr, "raise fence", err)
+	}
+	return nil
 }
 
 // KillSessions implements driver.Admin: on every primary it kills (CLIENT

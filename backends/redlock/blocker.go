@@ -28,8 +28,9 @@ var _ driver.Blocker = (*backend)(nil)
 // Clients, the lead primary's queue orders the waiters (see try and the
 // package doc's # Waiting; Capabilities.FIFO is false all the same).
 //
-// The first waiter retries after a release notice (Wait), bounded by a
-// jittered backoff from 2ms doubling to 100ms (fencelock's default; this
+// The first waiter retries after a release notice (Wait), or when its
+// refused attempt said the holder's keys run out (see freeAt), bounded by
+// a jittered backoff from 2ms doubling to 100ms (fencelock's default; this
 // backend does not use Options.Backoff). Every attempt has a fresh token:
 // an abandoned attempt's token is void on the primaries. ErrUnavailable
 // and other errors end the wait, as in the portable loop.
@@ -85,7 +86,13 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if ctx.Err() != nil {
 			return nil, time.Time{}, ctxErr(ctx, "acquire", "waiting for the lock")
 		}
-		wctx, cancel := context.WithTimeout(ctx, backoff(attempt))
+		// The refusal may say when the lock is free (a holder's keys run
+		// out: expiry publishes nothing); the wait ends then at the latest.
+		d := backoff(attempt)
+		if at, ok := retryAt(err); ok {
+			d = min(d, time.Until(at))
+		}
+		wctx, cancel := context.WithTimeout(ctx, d)
 		werr := b.wait(wctx, req.Name, t.kick)
 		cancel()
 		switch {

@@ -31,7 +31,8 @@
 //
 //   - Acquire: on each primary, SET K token NX PX ttl and, only if that
 //     succeeds, bump the primary's fence counter to max(stored + 1, server
-//     TIME truncated to the millisecond, in µs) and return it. The attempt
+//     TIME in µs, truncated to the millisecond while a counter is stored)
+//     and return it. The attempt
 //     is granted when Q primaries granted within the validity (below), and
 //     refused as soon as N−Q+1 refused or failed. The fence is the Q-th
 //     smallest counter the granting primaries returned; W is the granting
@@ -42,7 +43,9 @@
 //     after that. Usually a majority returns the same value (their
 //     counters agree and their clocks read the same millisecond; a grant
 //     still on its way is awaited briefly for that) and no write-back is
-//     needed.
+//     needed. On the first grant of a name (or the first after a primary
+//     lost its counter) the primaries return their full server time in µs
+//     (see # Fences), so they disagree and the write-back is needed.
 //   - Abandon: a failed attempt — refused, too slow, or ctx ended mid-flight
 //     — releases the lock on every primary that granted it and on every
 //     primary whose reply never came, and marks the token void there, so
@@ -122,7 +125,10 @@
 // acquire script takes over — B's fence is at least x's server time in µs,
 // which is above every fence issued before the restart as long as x's
 // clock is not behind the other primaries' by more than the restart took
-// (fences are issued far slower than one per µs). Capabilities therefore
+// (fences are issued far slower than one per µs). A primary without a
+// counter takes the full µs as its floor, not the millisecond it usually
+// truncates to, so that this holds even when the counter was lost within
+// the millisecond of the last grant (TestFenceRisesAfterDropFenceState). Capabilities therefore
 // declare FenceTimeFloored, the redis backend's guarantee; with every
 // primary durable (appendonly yes, appendfsync always) the order is strict
 // and needs no clock at all. Fences are about 1.8e15 (µs since 1970): they
@@ -182,10 +188,20 @@
 // checks the lock keys, so a release between its attempt and its
 // subscription is not missed (a release frees a majority, which meets the
 // confirmed one). Expiry publishes nothing, nor does redsync: a waiter
-// also wakes when enough of the holder's keys run out (by their PTTLs) to
-// free a majority, and a jittered backoff (2 ms doubling to 100 ms,
-// fencelock's default; Options.Backoff is not used) bounds every wait. A
-// dead or frozen primary is not needed to wait.
+// also wakes when enough of the holder's keys run out to free a majority,
+// by the PTTLs the primaries returned to its refused attempt (for an
+// ordered attempt, the lead's key, or the place ahead of it in the lead's
+// queue), and a jittered backoff (2 ms doubling to 100 ms, fencelock's
+// default; Options.Backoff is not used) bounds every wait. A dead or
+// frozen primary is not needed to wait.
+//
+// Capabilities declare ReleaseWake and ExpiryWake of 100 ms: a waiter is
+// granted about a round trip after a Release (the notice) or after an
+// abandoned holder's keys run out (the PTTL), however long its Client's
+// Options.Backoff and however often it waited before; the bounds leave
+// room for a busy machine. TestExpiryWakesWaiterBehindQueuedHolder and
+// the conformance checks ExpiryWakesWaiter, ReleaseWakesDeafBackoff and
+// PartitionLiveness hold the backend to them.
 //
 // Blocked Acquires of different Clients queue on the lead primary (the
 // first one given to New or in the URL), in the order they first found
@@ -203,12 +219,14 @@
 // asked at once and the lead's reply counts like theirs.
 //
 // A waiter the lead granted keeps the head of the queue (nobody passes it
-// if its attempt then fails elsewhere) until its lease's release takes it
-// out, in the script that deletes the lock key there. A waiter keeps its
-// place for 500 ms after each of its attempts or its grant (every live
-// waiter asks again well within that: each wait is bounded by 100 ms);
-// one that gives up takes it out, and one that died holds the queue up
-// for at most 500 ms. The first attempt of a blocked Acquire is a plain
+// if its attempt then fails elsewhere: the abandon keeps its place) until
+// its lease's release takes it out, in the script that deletes the lock
+// key there, or until its lock key there expires, or 500 ms after the
+// grant if that comes first: a holder that stops renewing holds the queue
+// up no longer than its lock. A waiter keeps its place for 500 ms after
+// each of its attempts (every live waiter asks again well within that:
+// each wait is bounded by 100 ms); one that gives up takes it out, and
+// one that died holds the queue up for at most 500 ms. The first attempt of a blocked Acquire is a plain
 // fan-out, as TryAcquire is (so an uncontended Acquire costs one round
 // trip; the lead still queues it if the lock is held there), unless this
 // Client's previous Acquire of the lock had to wait; and the first waiter
@@ -246,5 +264,10 @@
 // primary; KillSessions CLIENT KILLs this Client's connections (found by
 // their ClientName) and cuts off the leases granted before it: their
 // renewals and releases fail, as across a partition, and the primaries
-// drop them when their TTL runs out.
+// drop them when their TTL runs out. It also implements driver.FenceAdmin
+// (StoredFence: the largest counter that a majority of primaries hold at
+// least; DropFenceState: deletes the fence key on every primary) and
+// driver.QuorumAdmin (Nodes; RaiseFence: raises one primary's counter
+// alone), with which the conformance suite checks the time floor and the
+// fence write-back across diverged primaries.
 package redlock

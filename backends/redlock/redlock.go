@@ -26,11 +26,14 @@ var (
 	releaseLua string
 	//go:embed extend.lua
 	extendLua string
+	//go:embed raise.lua
+	raiseLua string
 
 	acquireScript   = goredis.NewScript(acquireLua)
 	writebackScript = goredis.NewScript(writebackLua)
 	releaseScript   = goredis.NewScript(releaseLua)
 	extendScript    = goredis.NewScript(extendLua)
+	raiseScript     = goredis.NewScript(raiseLua)
 )
 
 // MinTTL is the shortest lease TTL the backend accepts. An acquire needs a
@@ -73,13 +76,15 @@ const voidLifetime = 5 * time.Minute
 var capabilities = driver.Capabilities{
 	Backend:        "redlock",
 	Fence:          driver.FenceTimeFloored,
-	FenceSource:    "quorum counter: the majority-th smallest of the granting primaries' counters (each max(stored+1, server TIME in ms×1000), bumped in the script that SETs NX PX), stored on a majority before the lease is returned; key <lock key>\\xff:fence on each primary, never deleted",
+	FenceSource:    "quorum counter: the majority-th smallest of the granting primaries' counters (each max(stored+1, server TIME in µs, truncated to the ms while a counter is stored), bumped in the script that SETs NX PX), stored on a majority before the lease is returned; key <lock key>\\xff:fence on each primary, never deleted",
 	MinTTL:         MinTTL,
 	TTLGranularity: time.Millisecond,
 	TimeAuthority:  driver.TimeServer,
 	Wait:           driver.WaitNotify,
 	FIFO:           false,
 	NodeLoss:       driver.NodeLossQuorum,
+	ReleaseWake:    100 * time.Millisecond,
+	ExpiryWake:     100 * time.Millisecond,
 }
 
 var errClosed = fmt.Errorf("redlock: %w", driver.ErrClosed)
@@ -122,7 +127,8 @@ type node struct {
 }
 
 // backend is the Redlock driver. It implements driver.Backend,
-// driver.Waiter, driver.Admin and driver.Aser.
+// driver.Waiter, driver.Admin (with driver.FenceAdmin and
+// driver.QuorumAdmin) and driver.Aser.
 type backend struct {
 	nodes  []*node
 	quorum int
@@ -186,10 +192,12 @@ func (b *backend) inFlight(key string) *gate {
 }
 
 var (
-	_ driver.Backend = (*backend)(nil)
-	_ driver.Waiter  = (*backend)(nil)
-	_ driver.Admin   = (*backend)(nil)
-	_ driver.Aser    = (*backend)(nil)
+	_ driver.Backend     = (*backend)(nil)
+	_ driver.Waiter      = (*backend)(nil)
+	_ driver.Admin       = (*backend)(nil)
+	_ driver.FenceAdmin  = (*backend)(nil)
+	_ driver.QuorumAdmin = (*backend)(nil)
+	_ driver.Aser        = (*backend)(nil)
 )
 
 func newBackend(clients []*goredis.Client, owns bool) *backend {
@@ -295,14 +303,18 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter str
 		queueMode = "0"
 	}
 	leadArgs := append(slices.Clip(args), waiter, queueKeep.Milliseconds(), queueMode)
+	var behindFor atomic.Int64 // the lead's refusal {0, -4, ms}: ms until the place ahead ends
 	call := func(ctx context.Context, i int) (int64, int64, error) {
 		ks, as := lockKeys, args
 		if i == lead && waiter != "" {
 			ks, as = leadKeys, leadArgs
 		}
 		res, err := acquireScript.Run(ctx, b.nodes[i].c, ks, as...).Int64Slice()
-		if err == nil && len(res) != 2 {
+		if err == nil && len(res) != 2 && (len(res) != 3 || res[1] != -4) {
 			err = fmt.Errorf("acquire script returned %v, want {granted, value}", res)
+		}
+		if err == nil && len(res) == 3 {
+			behindFor.Store(res[2])
 		}
 		switch {
 		case err == nil && res[0] == 1:
@@ -337,17 +349,21 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter str
 		case r := <-replies:
 			wait.Stop()
 			if r.err == nil && r.a == 0 {
-				why := errLeadHeld
+				why, ms := errLeadHeld, r.b
 				if r.b == -4 {
-					why = errBehind
+					why, ms = errBehind, behindFor.Load()
 				}
-				return nil, start, fmt.Errorf("%w: the lead primary %s %w", driver.ErrNotAcquired, b.nodes[lead].addr, why)
+				err := fmt.Errorf("%w: the lead primary %s %w", driver.ErrNotAcquired, b.nodes[lead].addr, why)
+				if ms >= 0 {
+					err = &freeAt{err, expiresBy(time.Now(), ms)}
+				}
+				return nil, start, err
 			}
 			replies <- r // granted, or failed: counted with the others' replies below
 		case <-wait.C: // the lead is slow: ask the others without waiting for it
 		case <-ctx.Done():
 			wait.Stop()
-			return nil, start, b.abandon(req, k, at, ctxErr(ctx, "acquire", "waiting for the lead primary"))
+			return nil, start, b.abandon(req, waiter, k, at, ctxErr(ctx, "acquire", "waiting for the lead primary"))
 		}
 		for _, i := range rest {
 			at.states[i].Store(statePending)
@@ -359,7 +375,8 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter str
 	var (
 		grants       []reply
 		held, failed int
-		pttl         int64 = -2 // the longest PTTL among refusals
+		pttl         int64       = -2 // the longest PTTL among refusals
+		ends         []time.Time      // when the refusals' keys run out
 		errs         []error
 	)
 	for len(grants) < q && held+failed <= n-q {
@@ -376,13 +393,20 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter str
 				if r.b == -1 || (pttl != -1 && r.b > pttl) {
 					pttl = r.b
 				}
+				if r.b >= 0 {
+					ends = append(ends, expiresBy(time.Now(), r.b))
+				}
 			}
 		case <-ctx.Done():
-			return nil, start, b.abandon(req, k, at, ctxErr(ctx, "acquire", fmt.Sprintf("%d of %d primaries had granted, %d needed", len(grants), n, q)))
+			return nil, start, b.abandon(req, waiter, k, at, ctxErr(ctx, "acquire", fmt.Sprintf("%d of %d primaries had granted, %d needed", len(grants), n, q)))
 		}
 	}
 	if len(grants) < q {
-		return nil, start, b.abandon(req, k, at, refusal(n, q, held, failed, pttl, errs))
+		err := refusal(n, q, held, failed, pttl, errs)
+		if free, ok := majorityFreeAt(n, q, held, failed, ends); ok && failed <= n-q {
+			err = &freeAt{err, free}
+		}
+		return nil, start, b.abandon(req, waiter, k, at, err)
 	}
 
 	// The fence f is the q-th smallest counter the granting primaries
@@ -414,7 +438,7 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter str
 				break more
 			case <-ctx.Done():
 				grace.Stop()
-				return nil, start, b.abandon(req, k, at, ctxErr(ctx, "acquire", "waiting for more grants"))
+				return nil, start, b.abandon(req, waiter, k, at, ctxErr(ctx, "acquire", "waiting for more grants"))
 			}
 		}
 		grace.Stop()
@@ -437,16 +461,16 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter str
 					lost++
 				}
 			case <-ctx.Done():
-				return nil, start, b.abandon(req, k, at, ctxErr(ctx, "acquire", "writing the fence back"))
+				return nil, start, b.abandon(req, waiter, k, at, ctxErr(ctx, "acquire", "writing the fence back"))
 			}
 		}
 		if stored < q {
-			return nil, start, b.abandon(req, k, at, fmt.Errorf("%w: redlock acquire: a majority granted, but the fence reached only %d of the %d primaries needed in time (%d lost the lock meanwhile): %w",
+			return nil, start, b.abandon(req, waiter, k, at, fmt.Errorf("%w: redlock acquire: a majority granted, but the fence reached only %d of the %d primaries needed in time (%d lost the lock meanwhile): %w",
 				driver.ErrNotAcquired, stored, q, lost, errors.Join(errs...)))
 		}
 	}
 	if el := time.Since(start); el >= validity {
-		return nil, start, b.abandon(req, k, at, fmt.Errorf("%w: redlock acquire: a majority granted only after %v, past the validity of the %v TTL (TTL − %g×TTL − %v): if this persists, raise the TTL or check the primaries' latency",
+		return nil, start, b.abandon(req, waiter, k, at, fmt.Errorf("%w: redlock acquire: a majority granted only after %v, past the validity of the %v TTL (TTL − %g×TTL − %v): if this persists, raise the TTL or check the primaries' latency",
 			driver.ErrNotAcquired, el.Round(time.Microsecond), req.TTL, DriftFactor, DriftMin))
 	}
 	return &lease{b: b, k: k, token: req.Token, fence: uint64(fence), at: at, epoch: b.epoch.Load(), waiter: waiter}, start, nil
@@ -505,7 +529,11 @@ func refusal(n, q, held, failed int, pttl int64, errs []error) error {
 // on a responsive store nothing is left held when it returns. If a
 // majority cannot be confirmed free, the error also wraps ErrIndeterminate:
 // the token may hold a majority until its TTL ends.
-func (b *backend) abandon(req driver.AcquireRequest, k keys, at *attempt, cause error) error {
+//
+// The abandon of a blocked Acquire's attempt (waiter is its id) keeps the
+// waiter's place in the lead primary's queue for queueKeep: it asks again
+// within that.
+func (b *backend) abandon(req driver.AcquireRequest, waiter string, k keys, at *attempt, cause error) error {
 	n, q := len(b.nodes), b.quorum
 	var idx []int
 	free, granted := 0, 0
@@ -526,7 +554,11 @@ func (b *backend) abandon(req driver.AcquireRequest, k keys, at *attempt, cause 
 		return cause
 	}
 	replies := b.fan(time.Now().Add(min(req.TTL, cleanupTimeout)), idx, func(ctx context.Context, i int) (int64, int64, error) {
-		v, err := releaseScript.Run(ctx, b.nodes[i].c, []string{k.lock, k.void(req.Token)}, req.Token, k.channel, voidLifetime.Milliseconds(), b.id).Int64()
+		ks, as := []string{k.lock, k.void(req.Token)}, []any{req.Token, k.channel, voidLifetime.Milliseconds(), b.id}
+		if i == lead && waiter != "" {
+			ks, as = append(ks, k.queue, k.queueDL), append(as, waiter, queueKeep.Milliseconds())
+		}
+		v, err := releaseScript.Run(ctx, b.nodes[i].c, ks, as...).Int64()
 		return v, 0, err
 	})
 	var errs []error

@@ -9,12 +9,23 @@
 -- With KEYS[3] and KEYS[4] (the lead primary, a lease of a blocked
 -- Acquire): the waiters' queue and its deadlines (see acquire.lua), from
 -- which ARGV[5], the lease's waiter id, is removed first: it kept its
--- place at the head while it held the lock.
+-- place at the head while it held the lock. With ARGV[6] as well (the
+-- abandon of a blocked Acquire's failed attempt) the waiter keeps its
+-- place instead, if it has one, for ARGV[6] ms from now: it asks again
+-- within that.
 -- Returns 1 when released, 0 when the lock did not hold our token.
 if ARGV[3] ~= '0' then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
 end
-if #KEYS == 4 then
+if #KEYS == 4 and ARGV[6] then
+  if redis.call('ZSCORE', KEYS[3], ARGV[5]) then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('HSET', KEYS[4], ARGV[5], now + tonumber(ARGV[6]))
+    redis.call('PEXPIRE', KEYS[3], ARGV[6])
+    redis.call('PEXPIRE', KEYS[4], ARGV[6])
+  end
+elseif #KEYS == 4 then
   redis.call('ZREM', KEYS[3], ARGV[5])
   redis.call('HDEL', KEYS[4], ARGV[5])
 end
