@@ -88,11 +88,9 @@ func testExpiryWakesWaiter(t TB, e *env) {
 	g0 := <-first
 	mustNil(t, g0.err, "the waiter's first Acquire")
 	mustNil(t, g0.l.Release(e.ctx), "Release")
-	for round := 1; round <= 3; round++ {
-		la, err := a.TryAcquire(e.ctx, name, opts(e.ttl, false))
-		a1 := time.Now()
-		mustNil(t, err, "TryAcquire by the holder that will abandon the lock")
-		s := leaseStoreTTL(la, e.ttl)
+	abandoned := func(round int, la *fencelock.Lease, a1 time.Time, ttl time.Duration) {
+		t.Helper()
+		s := leaseStoreTTL(la, ttl)
 		got := e.acquireSampling(b, name, la, s+bound+e.margin)
 		e.waiting(fmt.Sprintf("round %d: the returning waiter's grant after the abandoned lease's TTL", round))
 		g := <-got
@@ -110,6 +108,41 @@ func testExpiryWakesWaiter(t TB, e *env) {
 		mustNil(t, g.l.Release(e.ctx), "Release")
 		_ = la.Release(e.ctx)
 	}
+	for round := 1; round <= 3; round++ {
+		la, err := a.TryAcquire(e.ctx, name, opts(e.ttl, false))
+		a1 := time.Now()
+		mustNil(t, err, "TryAcquire by the holder that will abandon the lock")
+		abandoned(round, la, a1, e.ttl)
+	}
+	// Round 4: the holder that abandons the lock was itself granted it
+	// after waiting (a store may treat a waiter it handed the lock to
+	// differently from one that took a free lock), with the shortest TTL
+	// near a quarter of the check's, so that a place in a queue that
+	// outlives a short lease shows as lateness past the tolerance.
+	ttl4 := shortTTL(e.caps, e.ttl/4)
+	c := e.client()
+	lc, err := c.Acquire(e.ctx, name, opts(longTTL, true))
+	mustNil(t, err, "Acquire")
+	type res struct {
+		l  *fencelock.Lease
+		at time.Time
+	}
+	handed := make(chan res, 1)
+	go func() {
+		l, err := a.Acquire(e.ctx, name, opts(ttl4, false))
+		if err != nil {
+			t.Errorf("round 4: the holder's Acquire after waiting: %v", err)
+		}
+		handed <- res{l, time.Now()}
+	}()
+	e.waitQueued(t, name, 1, 50*time.Millisecond)
+	mustNil(t, lc.Release(e.ctx), "Release")
+	e.waiting("round 4: the hand-off to the holder that will abandon the lock")
+	h := <-handed
+	if h.l == nil {
+		t.Fatalf("round 4: no lease handed over")
+	}
+	abandoned(4, h.l, h.at, ttl4)
 }
 
 // testReleaseWakesDeafBackoff: a waiter whose Client polls only once a
