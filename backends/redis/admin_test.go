@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -219,3 +220,26 @@ func (l *lockedBuf) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
+
+// TestOpenLeavesGoRedisLogger: opening a lock by URL does not replace the
+// application's go-redis logger (it is process-wide): go-redis's own lines
+// still reach the logger the application installed.
+func TestOpenLeavesGoRedisLogger(t *testing.T) {
+	var app appLogger
+	goredis.SetLogger(&app)
+	defer redis.LogGoRedisTo(nil)
+	c := open(t, "redis://127.0.0.1:1/0", nil, nil)
+	_, err := c.TryAcquire(t.Context(), name(t), nil)
+	if !errors.Is(err, fencelock.ErrUnavailable) {
+		t.Fatalf("TryAcquire on a closed port: %v, want ErrUnavailable", err)
+	}
+	_ = c.Close()
+	if app.lines.Load() == 0 {
+		t.Fatalf("the application's go-redis logger received nothing: opening a lock replaced it")
+	}
+}
+
+// appLogger is an application's go-redis logger.
+type appLogger struct{ lines atomic.Int64 }
+
+func (l *appLogger) Printf(context.Context, string, ...any) { l.lines.Add(1) }

@@ -269,10 +269,10 @@
 // # Logging
 //
 // go-redis logs some errors (a pool that cannot dial) to stderr through a
-// process-wide logger. fencelock returns those errors to the caller, so the
-// first Client opened by URL silences that logger, once; LogGoRedisTo sends
-// the lines to a *slog.Logger instead. Clients made with New leave
-// go-redis's logging to the caller.
+// process-wide logger. fencelock returns those errors to the caller as
+// well, but leaves that logger to the application, which may use go-redis
+// itself: opening a lock never changes it. LogGoRedisTo sends the lines to
+// a *slog.Logger, or drops them.
 //
 // # Timeouts
 //

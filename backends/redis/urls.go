@@ -54,7 +54,7 @@ func init() {
 // caller's ctx bounds every call, and is closed with the fencelock Client.
 // Its ClientName (shown by CLIENT LIST) is "fencelock-" and 12 random hex
 // digits unless Configure sets one; KillSessions finds its connections by
-// it. The first URL opened also silences go-redis's own logger (see
+// it. go-redis's own process-wide logger is left to the application (see
 // LogGoRedisTo).
 type URLOpener struct {
 	// TLSConfig is used for rediss:// URLs. nil: the system roots, with the
@@ -80,7 +80,6 @@ func (o *URLOpener) OpenBackendURL(_ context.Context, u *url.URL) (driver.Backen
 	if uo.ClientName == "" {
 		uo.ClientName = "fencelock-" + randHex(6)
 	}
-	quietGoRedis()
 	return newBackend(goredis.NewUniversalClient(uo), true), nil
 }
 

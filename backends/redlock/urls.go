@@ -70,7 +70,6 @@ func (o *URLOpener) OpenBackendURL(_ context.Context, u *url.URL) (driver.Backen
 	if err != nil {
 		return nil, err
 	}
-	quietGoRedis()
 	clients := make([]*goredis.Client, len(opts))
 	for i, ro := range opts {
 		if o.Configure != nil {

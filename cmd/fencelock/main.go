@@ -21,6 +21,7 @@ import (
 	"syscall"
 
 	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/internal/goredislog"
 )
 
 const usage = `usage: fencelock <command> [flags]
@@ -39,6 +40,9 @@ embedded store is started. Run 'fencelock <command> -h' for its flags.
 
 func main() {
 	conformance.MaybeRunChild() // the process-freeze check re-executes this binary
+	// go-redis logs the errors it also returns (a primary the partition
+	// checks cut off, a dial that failed) to stderr; the CLI reports them.
+	goredislog.To(nil)
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
