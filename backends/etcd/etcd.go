@@ -220,6 +220,18 @@ var Capabilities = driver.Capabilities{
 	Wait:           driver.WaitQueue,
 	FIFO:           true,
 	NodeLoss:       driver.NodeLossQuorum,
+	// The shared watch delivers the deletion of a held key (an operator's
+	// delete, Admin.Expire, a revoke): at once, or, for a lease held less
+	// than heldWatchDelay (50 ms), once the watch covers it, after etcd's
+	// catch-up of a watch that starts in the past (up to 100 ms).
+	LossSignal: 250 * time.Millisecond,
+	// A release deletes the holder's key; the waiter's watch delivers the
+	// deletion and the turn passes with no request, or one read.
+	ReleaseWake: 100 * time.Millisecond,
+	// An expired lease is revoked by the leader's lessor, which looks for
+	// expired leases every 500 ms, through raft; the revoke deletes the
+	// key and the waiter's watch delivers it.
+	ExpiryWake: 750 * time.Millisecond,
 }
 
 // DefaultRequestTimeout bounds each etcd request when Config.RequestTimeout
