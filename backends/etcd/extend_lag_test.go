@@ -183,3 +183,40 @@ func TestAutoRenewDoesNotTrustLaggingWatch(t *testing.T) {
 		t.Fatalf("ValidUntil moved forward by %v after the key was deleted", l.ValidUntil().Sub(vu))
 	}
 }
+
+// TestExtendPutsMovedKeyBack: our key, still ours, is on another etcd
+// lease (what a move to another TTL whose outcome was unknown leaves
+// behind). A keepalive of the class lease does not renew it, so Extend
+// puts it back on the class lease (keeping its CreateRevision) rather
+// than count the renewal or report a loss.
+func TestExtendPutsMovedKeyBack(t *testing.T) {
+	e := newInteropEnv(t)
+	c := e.client()
+	l, err := c.TryAcquire(e.ctx, "x", &fencelock.AcquireOptions{TTL: 30 * time.Second, AutoRenew: fencelock.Bool(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cls clientv3.LeaseID
+	if !l.As(&cls) {
+		t.Fatal("Lease.As(*clientv3.LeaseID) = false")
+	}
+	kv := e.lockKey("x").Kvs[0]
+	other, err := e.raw.Grant(e.ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.raw.Revoke(context.Background(), other.ID)
+	if _, err := e.raw.Put(e.ctx, string(kv.Key), "", clientv3.WithLease(other.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Extend(e.ctx, 0); err != nil {
+		t.Fatalf("Extend of a key of ours on another etcd lease: %v", err)
+	}
+	now := e.lockKey("x").Kvs[0]
+	if now.CreateRevision != kv.CreateRevision || clientv3.LeaseID(now.Lease) != cls {
+		t.Fatalf("after Extend: key on lease %x with CreateRevision %d, want the class lease %x and %d", now.Lease, now.CreateRevision, cls, kv.CreateRevision)
+	}
+	if err := l.Release(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+}
