@@ -68,10 +68,13 @@ type class struct {
 type refreshReq struct {
 	done    chan struct{}
 	urgent  bool
-	spawned bool // its sender is started: it leaves c.pending when it sends
+	spawned bool     // its sender is started: it leaves c.pending when it sends
+	check   []*lease // renewals that joined: their keys are read with it (check.go)
 	sent    time.Time
 	granted int64
-	err     error
+	err     error      // the keepalive's
+	states  []keyState // what the read found of each key of check
+	readErr error      // the read's
 }
 
 // classFor returns the live class of ttl seconds, granting its lease if
@@ -210,21 +213,60 @@ func (c *class) refresh(ctx context.Context, urgent bool) (time.Time, int64, err
 	return r.wait(ctx)
 }
 
+// renew is refresh for a renewal of l, a member: it also returns what the
+// linearizable read sent with the keepalive found of l's key (see
+// check.go), or that read's error. Only keyOurs with no error proves the
+// renewal; keyGone (with no error) proves the loss, whatever the
+// keepalive's answer.
+func (c *class) renew(ctx context.Context, l *lease) (time.Time, int64, keyState, error) {
+	r, i, err := c.joinCheck(false, l)
+	if err != nil {
+		return time.Time{}, 0, 0, err
+	}
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return time.Time{}, 0, 0, ctx.Err()
+	}
+	if r.readErr == nil && r.states != nil && r.states[i] == keyGone {
+		return time.Time{}, 0, keyGone, nil // whatever the keepalive says
+	}
+	err = r.err
+	if err == nil {
+		err = r.readErr
+	}
+	if err != nil {
+		return time.Time{}, 0, 0, err
+	}
+	return r.sent, r.granted, r.states[i], nil
+}
+
 // join joins (or makes) the request not sent yet, without waiting for it.
 func (c *class) join(urgent bool) (*refreshReq, error) {
+	r, _, err := c.joinCheck(urgent, nil)
+	return r, err
+}
+
+// joinCheck is join that also has l's key (if l is not nil) read with the
+// request, as r.check[i].
+func (c *class) joinCheck(urgent bool, l *lease) (r *refreshReq, i int, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dead.Load() {
-		return nil, errClassGone
+		return nil, 0, errClassGone
 	}
-	r := c.pending
+	r = c.pending
 	if r == nil {
 		r = &refreshReq{done: make(chan struct{})}
 		c.pending = r
 	}
 	r.urgent = r.urgent || urgent
+	if l != nil {
+		i = len(r.check)
+		r.check = append(r.check, l)
+	}
 	c.scheduleLocked()
-	return r, nil
+	return r, i, nil
 }
 
 // wait waits for r's answer: its send time and the TTL granted.
@@ -308,8 +350,14 @@ func (c *class) send(r *refreshReq, paced bool) {
 		c.pending = nil // no one joins it from now on
 	}
 	c.mu.Unlock()
+	// r.check is final: no one joins r any more. The keepalive goes
+	// first; the read of the renewals' keys overlaps with it.
 	sent := time.Now()
-	kaTTL, err := b.keepAliveOnce(rctx, c.id)
+	ka := b.kaSend(c.id)
+	if len(r.check) > 0 {
+		r.states, r.readErr = b.checkKeys(rctx, c.id, r.check)
+	}
+	kaTTL, err := b.kaWait(rctx, ka)
 	cancel()
 	gone := err != nil && isLeaseNotFound(err)
 	c.mu.Lock()

@@ -84,9 +84,18 @@
 // sends at most one such keepalive at a time, and at most one per
 // refreshGap (TTL/200, within 5 to 25 ms), so a Client holding any number
 // of leases of one TTL sends at most 40 to 200 keepalives per second for
-// them, and a renewal waits at most refreshGap longer. A renewal then
-// counts only if our key is still ours: the shared loss watch (below) has
-// not seen it deleted, or, while that watch is down, a read finds it.
+// them, and a renewal waits at most refreshGap longer. A keepalive proves
+// only that the class lease lives, not that our key is still on it (it
+// may have been deleted and the lock granted to another client), and the
+// shared loss watch (below) may lag, so neither is trusted: with each
+// keepalive that renewals joined goes one linearizable read of their keys
+// (a read-only Txn of up to 128 keys-only Gets, served without a raft
+// write), sent right after the keepalive so that the two overlap. A
+// renewal counts only if that read found its key with its CreateRevision
+// on the class lease; if the key is gone or another's, Extend reports
+// ErrLeaseLost, whatever the watch has delivered. Renewals thus cost the
+// cluster as many cheap reads as keepalives, not one per lease, and a
+// renewal's latency is the slower of the two.
 // etcd cannot change a lease's TTL, so Extend with a TTL of another whole
 // number of seconds moves our key to that TTL's class lease (a Txn Put,
 // only if the key's CreateRevision is still ours, that keeps the
@@ -211,6 +220,18 @@ var Capabilities = driver.Capabilities{
 	Wait:           driver.WaitQueue,
 	FIFO:           true,
 	NodeLoss:       driver.NodeLossQuorum,
+	// The shared watch delivers the deletion of a held key (an operator's
+	// delete, Admin.Expire, a revoke): at once, or, for a lease held less
+	// than heldWatchDelay (50 ms), once the watch covers it, after etcd's
+	// catch-up of a watch that starts in the past (up to 100 ms).
+	LossSignal: 250 * time.Millisecond,
+	// A release deletes the holder's key; the waiter's watch delivers the
+	// deletion and the turn passes with no request, or one read.
+	ReleaseWake: 100 * time.Millisecond,
+	// An expired lease is revoked by the leader's lessor, which looks for
+	// expired leases every 500 ms, through raft; the revoke deletes the
+	// key and the waiter's watch delivers it.
+	ExpiryWake: 750 * time.Millisecond,
 }
 
 // DefaultRequestTimeout bounds each etcd request when Config.RequestTimeout

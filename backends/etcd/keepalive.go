@@ -51,15 +51,30 @@ var errKAStreamProtocol = errors.New("etcd: keepalive stream answered an unknown
 // (rpctypes.ErrLeaseNotFound if the lease is gone). ctx bounds the wait;
 // when it ends first the stream is dropped (it may be stuck).
 func (b *backend) keepAliveOnce(ctx context.Context, id clientv3.LeaseID) (int64, error) {
+	return b.kaWait(ctx, b.kaSend(id))
+}
+
+// kaSent is a keepalive sent on the shared stream, not yet answered.
+type kaSent struct {
+	kc   *kaConn // nil if the stream could not be opened
+	call *kaCall
+}
+
+// kaSend sends a keepalive of lease id on the shared stream without
+// waiting for its answer: kaWait waits for it. The caller may send other
+// requests in between, which then overlap with the keepalive.
+func (b *backend) kaSend(id clientv3.LeaseID) kaSent {
 	s := &b.ka
 	call := &kaCall{done: make(chan struct{})}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	kc := s.cur
 	if kc == nil {
 		var err error
 		if kc, err = b.openKA(); err != nil {
-			s.mu.Unlock()
-			return 0, err
+			call.err = err
+			close(call.done)
+			return kaSent{call: call}
 		}
 		s.cur = kc
 	}
@@ -67,13 +82,22 @@ func (b *backend) keepAliveOnce(ctx context.Context, id clientv3.LeaseID) (int64
 	if err := kc.stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)}); err != nil {
 		s.dropLocked(kc, err)
 	}
-	s.mu.Unlock()
+	return kaSent{kc: kc, call: call}
+}
+
+// kaWait waits for the answer to k: the TTL granted, or an error
+// (rpctypes.ErrLeaseNotFound if the lease is gone). When ctx ends first
+// the stream is dropped (it may be stuck).
+func (b *backend) kaWait(ctx context.Context, k kaSent) (int64, error) {
+	s, call := &b.ka, k.call
 	select {
 	case <-call.done:
 	case <-ctx.Done():
-		s.mu.Lock()
-		s.dropLocked(kc, ctx.Err())
-		s.mu.Unlock()
+		if k.kc != nil {
+			s.mu.Lock()
+			s.dropLocked(k.kc, ctx.Err())
+			s.mu.Unlock()
+		}
 		<-call.done
 	}
 	if call.err != nil {

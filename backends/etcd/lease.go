@@ -24,7 +24,8 @@ var (
 // lease is a held lock: our key, its CreateRevision (the fence) and the TTL
 // class whose etcd lease the key is attached to. The portable layer
 // serializes Extend and Release. A held lease runs no goroutine: loss
-// comes from the shared watch (watch.go) or the class (class.go), and the
+// comes from the shared watch (watch.go), the class (class.go) or a
+// renewal's key check (check.go), and the
 // reaper is a timer.
 type lease struct {
 	b    *backend
@@ -97,9 +98,13 @@ func (l *lease) lostErr() error {
 
 // Extend renews the lease. With the TTL of its class it joins the class's
 // next keepalive (one sent after Extend was called, shared with the
-// class's other renewals); with another TTL it moves our key to that TTL's
-// class. Either way the key must still be ours: the shared watch has not
-// seen it deleted (or, while the watch is down, a read finds it).
+// class's other renewals) and the linearizable read of the renewals' keys
+// sent with it (check.go); with another TTL it moves our key to that
+// TTL's class (a Txn that compares its CreateRevision). It returns nil
+// only on a store answer, to a request sent after the call, that proves
+// the key still ours, on the etcd lease whose TTL was restarted: never on
+// the keepalive's answer or the shared watch's silence alone (the watch
+// may lag). ErrLeaseLost if the key is gone or another's.
 func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if l.lostCtx.Err() != nil {
 		return l.lostErr()
@@ -109,18 +114,20 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return l.moveTo(ctx, secs)
 	}
 	b := l.b
-	sent, granted, err := cls.refresh(ctx, false)
+	sent, granted, st, err := cls.renew(ctx, l)
 	switch {
 	case errors.Is(err, errClassGone):
 		l.markLost()
 		return fmt.Errorf("%w: etcd lease %x of lock key %q expired or was revoked", driver.ErrLeaseLost, int64(cls.id), l.key)
 	case err != nil:
 		return b.fail(ctx, "keep lease alive", err)
-	}
-	if !b.watchLive() {
-		if err := l.checkKey(ctx); err != nil {
-			return err
-		}
+	case st == keyGone:
+		l.markLost()
+		return l.lostErr()
+	case st == keyMoved:
+		// Still ours, on another etcd lease: a move whose outcome was
+		// unknown did happen. Put it back on this class's lease.
+		return l.moveTo(ctx, cls.ttl)
 	}
 	if l.lostCtx.Err() != nil {
 		return l.lostErr()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -25,28 +26,49 @@ type rpcCounter struct {
 	n int64 // Txns in the acquire phase
 
 	txn, del, keepAlive, other atomic.Int64 // del: DeleteRange (a Release)
+	check                      atomic.Int64 // read-only Txns: renewals' key checks (check.go)
 	kaStreams                  atomic.Int64 // LeaseKeepAlive streams opened
 
 	mu         sync.Mutex
 	heldAt     time.Time
 	releasedAt time.Time
-	atHeld     [2]int64 // keepAlive, other
-	atReleased [2]int64
+	atHeld     [3]int64 // keepAlive, other, check
+	atReleased [3]int64
 }
 
-func (c *rpcCounter) count(method string) {
+// readOnlyTxn reports whether req is a Txn of reads only (a renewal's key
+// check), which etcd serves as a linearizable read, not a raft write.
+func readOnlyTxn(req any) bool {
+	r, ok := req.(*pb.TxnRequest)
+	if !ok || len(r.Compare) != 0 || len(r.Failure) != 0 || len(r.Success) == 0 {
+		return false
+	}
+	for _, op := range r.Success {
+		if op.GetRequestRange() == nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *rpcCounter) count(method string, req any) {
+	switch {
+	case method == "/etcdserverpb.KV/Txn" && readOnlyTxn(req):
+		c.check.Add(1)
+		return
+	}
 	switch method {
 	case "/etcdserverpb.KV/Txn":
 		switch c.txn.Add(1) {
 		case c.n:
 			c.mu.Lock()
-			c.heldAt, c.atHeld = time.Now(), [2]int64{c.keepAlive.Load(), c.other.Load()}
+			c.heldAt, c.atHeld = time.Now(), [3]int64{c.keepAlive.Load(), c.other.Load(), c.check.Load()}
 			c.mu.Unlock()
 		}
 	case "/etcdserverpb.KV/DeleteRange":
 		if c.del.Add(1) == 1 && c.n > 0 {
 			c.mu.Lock()
-			c.releasedAt, c.atReleased = time.Now(), [2]int64{c.keepAlive.Load(), c.other.Load()}
+			c.releasedAt, c.atReleased = time.Now(), [3]int64{c.keepAlive.Load(), c.other.Load(), c.check.Load()}
 			c.mu.Unlock()
 		}
 	case keepAliveMethod:
@@ -57,15 +79,16 @@ func (c *rpcCounter) count(method string) {
 }
 
 // renewalRate is the RPCs per second sent while the leases were only held:
-// keepalives, and any other non-Txn request (a key check).
-func (c *rpcCounter) renewalRate() (keepAlives, others float64) {
+// keepalives, the renewals' key checks (read-only Txns) and any other
+// request.
+func (c *rpcCounter) renewalRate() (keepAlives, others, checks float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d := c.releasedAt.Sub(c.heldAt).Seconds()
 	if d <= 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
-	return float64(c.atReleased[0]-c.atHeld[0]) / d, float64(c.atReleased[1]-c.atHeld[1]) / d
+	return float64(c.atReleased[0]-c.atHeld[0]) / d, float64(c.atReleased[1]-c.atHeld[1]) / d, float64(c.atReleased[2]-c.atHeld[2]) / d
 }
 
 // countedClient returns a client of the shared test server whose RPCs rc
@@ -86,7 +109,7 @@ func countedClient(tb testing.TB, n int64) (*clientv3.Client, *rpcCounter) {
 func (c *rpcCounter) dialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			c.count(method)
+			c.count(method, req)
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}),
 		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -100,7 +123,7 @@ func (c *rpcCounter) dialOptions() []grpc.DialOption {
 				c.kaStreams.Add(1)
 				return countingStream{s, c}, nil
 			}
-			c.count(method)
+			c.count(method, nil)
 			return streamer(ctx, desc, cc, method, opts...)
 		}),
 	}
@@ -116,7 +139,7 @@ type countingStream struct {
 }
 
 func (s countingStream) SendMsg(m any) error {
-	s.c.count(keepAliveMethod)
+	s.c.count(keepAliveMethod, nil)
 	return s.ClientStream.SendMsg(m)
 }
 
@@ -142,8 +165,8 @@ func holdMany(tb testing.TB, n int, ttl time.Duration) (conformance.HoldManyResu
 func TestHoldManyLeases(t *testing.T) {
 	const n, ttl = 500, 2 * time.Second
 	r, rc := holdMany(t, n, ttl)
-	ka, other := rc.renewalRate()
-	t.Logf("%v; renewal RPCs: %.1f keepalives/s, %.1f others/s (%d renewals/s asked)", r, ka, other, int(float64(n)/(ttl.Seconds()/3)))
+	ka, other, checks := rc.renewalRate()
+	t.Logf("%v; renewal RPCs: %.1f keepalives/s, %.1f key checks/s, %.1f others/s (%d renewals/s asked)", r, ka, checks, other, int(float64(n)/(ttl.Seconds()/3)))
 	if r.Lost != 0 {
 		t.Errorf("%d of %d auto-renewed leases lost within 3×TTL", r.Lost, n)
 	}
@@ -161,21 +184,28 @@ func TestHoldManyLeases(t *testing.T) {
 	if limit := float64(time.Second/refreshGap(2)) * 1.2; ka > limit {
 		t.Errorf("%.1f keepalives/s for %d leases of one TTL, want ≤ %.0f (one class lease)", ka, n, limit)
 	}
+	// Each keepalive that renewals joined carries one read of their keys
+	// (a read-only Txn per maxCheckOps of them): about as many key checks
+	// as keepalives, not one per renewal.
+	if perBatch := (n + maxCheckOps - 1) / maxCheckOps; checks > ka*float64(perBatch)+5 {
+		t.Errorf("%.1f key checks/s for %.1f keepalives/s, want at most one per keepalive and %d keys", checks, ka, maxCheckOps)
+	}
 	if other > 5 {
-		t.Errorf("%.1f other RPCs/s while only holding (key checks?), want none but the watch's", other)
+		t.Errorf("%.1f other RPCs/s while only holding, want none but the watch's", other)
 	}
 }
 
 func BenchmarkHold10000(b *testing.B) {
 	for b.Loop() {
 		r, rc := holdMany(b, 10000, 5*time.Second)
-		ka, other := rc.renewalRate()
-		b.Logf("%v; renewal RPCs: %.1f keepalives/s, %.1f others/s", r, ka, other)
+		ka, other, checks := rc.renewalRate()
+		b.Logf("%v; renewal RPCs: %.1f keepalives/s, %.1f key checks/s, %.1f others/s", r, ka, checks, other)
 		b.ReportMetric(float64(r.Goroutines), "goroutines")
 		b.ReportMetric(float64(r.HeapPerLease), "B/lease")
 		b.ReportMetric(float64(r.Lost), "lost")
 		b.ReportMetric(ka, "keepalives/s")
 		b.ReportMetric(other, "otherRPCs/s")
+		b.ReportMetric(checks, "keychecks/s")
 		b.ReportMetric(r.AcquireElapsed.Seconds(), "acquire-s")
 		if r.Lost != 0 {
 			b.Errorf("%d of 10000 leases lost", r.Lost)
