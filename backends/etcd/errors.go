@@ -42,8 +42,29 @@ func (b *backend) fail(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("%w: etcd %s: %v", driver.ErrLeaseLost, op, err)
 	case unavailable(err):
 		return fmt.Errorf("%w: etcd %s: %v", driver.ErrUnavailable, op, err)
+	case misconfigured(err):
+		return fmt.Errorf("%w: etcd %s: %v: check the URL: the endpoint must be an etcd client URL (v3 API, port 2379 by default) and the user and password right", driver.ErrInvalid, op, err)
 	}
 	return fmt.Errorf("etcd %s: %w", op, err)
+}
+
+// misconfigured reports errors that mean the request can never succeed
+// with this configuration: a server that does not implement etcd's v3
+// gRPC API (an HTTP server answers 404, which gRPC reports as
+// Unimplemented), or credentials it refuses.
+func misconfigured(err error) bool {
+	code := codes.OK
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	} else if s, ok := status.FromError(err); ok {
+		code = s.Code()
+	}
+	switch code {
+	case codes.Unimplemented, codes.Unauthenticated, codes.PermissionDenied:
+		return true
+	}
+	return false
 }
 
 // callerDeadlineSlack: a DeadlineExceeded status that arrives this close

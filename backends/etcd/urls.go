@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -43,13 +44,18 @@ type URLOpener struct {
 // OpenBackendURL opens a backend for u. It asks the cluster for its
 // shortest lease TTL (ProbeMinTTL, one lease grant and revoke, bounded by
 // ctx and the request timeout), which becomes Capabilities().MinTTL; a
-// cluster that does not answer fails Open with ErrUnavailable.
+// cluster that does not answer fails Open with ErrUnavailable, at once if
+// no endpoint accepts a TCP connection; a server that is not etcd (an HTTP
+// server, say) fails it with ErrInvalid.
 func (o *URLOpener) OpenBackendURL(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	cc, cfg, err := o.parse(u)
 	if err != nil {
 		return nil, err
 	}
 	eps := cc.Endpoints
+	if err := reach(ctx, eps, cfg.RequestTimeout); err != nil {
+		return nil, err
+	}
 	cli, err := clientv3.New(cc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: etcd client for %s: %v", driver.ErrUnavailable, strings.Join(eps, ","), err)
@@ -61,6 +67,9 @@ func (o *URLOpener) OpenBackendURL(ctx context.Context, u *url.URL) (driver.Back
 		b := newBackend(cli, &cfg, true)
 		err = b.fail(ctx, "probe the cluster (grant a 1 s lease to read its minimum TTL)", err)
 		_ = b.Close()
+		if errors.Is(err, driver.ErrInvalid) {
+			return nil, fmt.Errorf("etcd at %s: %w", strings.Join(eps, ","), err)
+		}
 		return nil, fmt.Errorf("cannot reach etcd at %s: %w", strings.Join(eps, ","), err)
 	}
 	return newBackend(cli, &cfg, true), nil
