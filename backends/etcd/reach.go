@@ -49,5 +49,5 @@ func reach(parent context.Context, eps []string, timeout time.Duration) error {
 		// Slow, not refused: let the client's own timeout decide.
 		return nil
 	}
-	return fmt.Errorf("%w: etcd: no endpoint accepts connections: %s", driver.ErrUnavailable, strings.Join(failed, "; "))
+	return fmt.Errorf("%w: cannot reach etcd at %s: no endpoint accepts connections: %s", driver.ErrUnavailable, strings.Join(eps, ","), strings.Join(failed, "; "))
 }
