@@ -646,15 +646,7 @@ func TestIdleWatchStopHandsBackHeldLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.mu.Lock()
-	b.startNowLocked()
-	b.mu.Unlock()
-	for deadline := time.Now().Add(10 * time.Second); !b.watchLive(); {
-		if time.Now().After(deadline) {
-			t.Fatal("watch not established within 10s")
-		}
-		time.Sleep(5 * time.Millisecond) // polling a state, not a sync
-	}
+	waitWatchLive(t, b)
 	// The watch has not been needed for watchLinger, and the lease is
 	// young: stopIdle stops the watch and defers the lease.
 	b.mu.Lock()
