@@ -44,7 +44,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 // synchronous_commit on), with one more variant interleaved: a flushed
 // commit ("flushed-commit": an autocommit transactional WAL message, one
 // WAL flush). It reports the strict fence's p50 over raw-tx's plus the
-// flushed commit's (issue 12's target: at most 1).
+// flushed commit's (the target: at most 1).
 //
 //	go test -run '^$' -bench AcquireReleaseFsync -benchtime 3000x ./backends/pgadvisory/
 func BenchmarkAcquireReleaseFsync(b *testing.B) {

@@ -1,5 +1,5 @@
 // Package peers measures fencelock next to the peer lock libraries on the
-// same real servers in the same run (issue 12): bsm/redislock and
+// same real servers in the same run: bsm/redislock and
 // go-redsync/redsync on Redis (and redsync's Redlock on five primaries),
 // etcd's concurrency.Mutex, raw pgx advisory transaction locks, go-zookeeper's
 // zk.Lock and the AWS DynamoDB Lock Client's protocol on aws-sdk-go-v2,

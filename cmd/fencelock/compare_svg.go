@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/fencelock/fencelock/conformance"
@@ -177,6 +178,8 @@ func (d *compareDoc) contentionChart() []byte {
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end" dominant-baseline="middle" fill="#555">%s/s</text>`+"\n", left-6, y, fmtCount(math.Pow(10, e)))
 	}
 	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#333">worst wait for one grant</text>`+"\n", left+width/2, top+height+36)
+	fmt.Fprintf(&b, `<text transform="translate(14 %.1f) rotate(-90)" text-anchor="middle" fill="#333">grants per second (all workers)</text>`+"\n", top+height/2)
+	var placed []labelBox
 	for _, p := range ps {
 		x, y := ax.at(p.worst.Seconds()), yAt(p.throughput)
 		fill := "#1a5fb4"
@@ -184,7 +187,12 @@ func (d *compareDoc) contentionChart() []byte {
 			fill = "#c01c28"
 		}
 		fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="5" fill="%s"/>`+"\n", x, y, fill)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" fill="%s">%s</text>`+"\n", x+8, y+4, fill, html.EscapeString(p.label))
+		box := placeLabel(placed, x+8, y+4, p.label)
+		placed = append(placed, box)
+		if box.y != y+4 { // moved off its point: a leader line shows whose it is
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="0.5"/>`+"\n", x+5, y, box.x-1, box.y-4, fill)
+		}
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" fill="%s">%s</text>`+"\n", box.x, box.y, fill, html.EscapeString(p.label))
 	}
 	b.WriteString("</svg>\n")
 	return b.Bytes()
@@ -201,4 +209,31 @@ func fmtCount(v float64) string {
 		return fmt.Sprintf("%gk", v/1e3)
 	}
 	return fmt.Sprintf("%g", v)
+}
+
+// labelBox is where a chart label's text goes: x, y its baseline start, w
+// its estimated width (12 px sans-serif).
+type labelBox struct{ x, y, w float64 }
+
+// labelHeight is a label's line height in px.
+const labelHeight = 14
+
+func (a labelBox) overlaps(b labelBox) bool {
+	return a.x < b.x+b.w && b.x < a.x+a.w && math.Abs(a.y-b.y) < labelHeight
+}
+
+// placeLabel puts a label whose natural baseline is (x, y) at the nearest
+// line above or below that overlaps none of placed.
+func placeLabel(placed []labelBox, x, y float64, label string) labelBox {
+	w := 7 * float64(len([]rune(label)))
+	for i := 0; ; i++ {
+		dy := float64((i+1)/2) * labelHeight
+		if i%2 == 1 {
+			dy = -dy
+		}
+		box := labelBox{x, y + dy, w}
+		if !slices.ContainsFunc(placed, box.overlaps) {
+			return box
+		}
+	}
 }
