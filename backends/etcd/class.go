@@ -406,9 +406,15 @@ func (b *backend) revokeAll(ctx context.Context) error {
 		if c.err != nil {
 			continue
 		}
-		rctx, cancel := context.WithTimeout(ctx, b.timeout)
-		_, err := b.cli.Revoke(rctx, c.id)
-		cancel()
+		err := b.unreachable(ctx, func(ctx context.Context) error {
+			rctx, cancel := context.WithTimeout(ctx, b.timeout)
+			defer cancel()
+			_, err := b.cli.Revoke(rctx, c.id)
+			return err
+		})
+		if errors.Is(err, driver.ErrUnavailable) {
+			return err // no endpoint accepts connections: the rest would wait in vain
+		}
 		if err != nil && !isLeaseNotFound(err) {
 			if first == nil {
 				first = err

@@ -367,7 +367,9 @@ func (b *backend) As(target any) bool {
 
 // Close stops the loss watch, waits for acquires in flight to clean up,
 // revokes the TTL class leases (which deletes any key left on them), and
-// closes the etcd client if the backend opened it (by URL).
+// closes the etcd client if the backend opened it (by URL). Each revoke is
+// bounded by the request timeout; when no endpoint accepts connections
+// Close gives up on them at once (the keys then go with their TTL).
 func (b *backend) Close() error {
 	b.mu.Lock()
 	if b.closed {

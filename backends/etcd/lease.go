@@ -239,15 +239,33 @@ func (l *lease) Release(ctx context.Context) error {
 	// Half the request timeout: a write that a follower forwarded to a
 	// leader that then died hangs until the server gives up; the retry
 	// below is a new request that the new leader serves.
-	rctx, cancel := context.WithTimeout(ctx, b.timeout/2)
-	ok, err := b.deleteOwn(rctx, l.key, l.rev)
-	cancel()
+	var ok bool
+	err := b.unreachable(ctx, func(ctx context.Context) error {
+		rctx, cancel := context.WithTimeout(ctx, b.timeout/2)
+		defer cancel()
+		var err error
+		ok, err = b.deleteOwn(rctx, l.key, l.rev)
+		return err
+	})
+	if errors.Is(err, driver.ErrUnavailable) {
+		// No endpoint accepts connections: a retry cannot do better.
+		b.reapLater(l.key, l.rev)
+		return fmt.Errorf("etcd delete lock key: %w", err)
+	}
 	if err != nil {
-		rctx, cancel := b.rpcCtx(context.WithoutCancel(ctx))
-		_, err = b.deleteOwn(rctx, l.key, l.rev)
-		cancel()
+		// The retry stays within ctx: the caller's Release is bounded
+		// (Options.ReleaseTimeout), and the reaper carries on past it.
+		err = b.unreachable(ctx, func(ctx context.Context) error {
+			rctx, cancel := b.rpcCtx(ctx)
+			defer cancel()
+			_, err := b.deleteOwn(rctx, l.key, l.rev)
+			return err
+		})
 		if err != nil {
 			b.reapLater(l.key, l.rev)
+			if errors.Is(err, driver.ErrUnavailable) {
+				return fmt.Errorf("etcd delete lock key: %w", err)
+			}
 			return b.fail(ctx, "delete lock key", err)
 		}
 		return nil // gone: deleted by the first request, or by expiry
@@ -276,7 +294,6 @@ func (l *lease) forget() {
 	b.mu.Lock()
 	if b.keys[l.key] == l {
 		delete(b.keys, l.key)
-		b.idleLocked()
 	}
 	b.mu.Unlock()
 }
