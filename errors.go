@@ -8,7 +8,7 @@ import (
 )
 
 // The errors every backend maps to. Test them with errors.Is; every error
-// fencelock returns is one of these (or a ctx error) wrapped once in *Error.
+// fencelock returns is one of these (or a ctx error) wrapped in one *Error.
 var (
 	// ErrNotAcquired: the lock is held by another owner (TryAcquire), or
 	// still was when AcquireOptions.Wait ran out (Acquire).
@@ -30,8 +30,11 @@ var (
 	ErrInvalid = driver.ErrInvalid
 )
 
-// Error is the error type fencelock returns. It wraps exactly one cause:
-// a sentinel above, a ctx error, or a backend error wrapping a sentinel.
+// Error is the error type fencelock returns. Err, its cause, is a sentinel
+// above, a ctx error, or a backend error wrapping a sentinel; two causes
+// where two hold, each found by errors.Is: a ctx that ended during a
+// store call gives the ctx error and the store's error, and a lease ended
+// by Client.Close gives ErrLeaseLost and ErrClosed.
 type Error struct {
 	Op      string // "acquire", "try-acquire", "extend", "release", "renew", "open", ...
 	Backend string // the backend's short name, if known

@@ -276,7 +276,7 @@ func (l *Lease) renew() {
 }
 
 // storeExtend renews in the store and, on success, moves the deadline and
-// schedules the next renewal. Callers hold opMu.
+// schedules the next renewal. Callers hold the op slot (lockOp).
 func (l *Lease) storeExtend(ctx context.Context, ttl time.Duration) error {
 	sent := time.Now()
 	err := l.dl.Extend(ctx, ttl)
@@ -483,7 +483,7 @@ func (l *Lease) end(cause error) {
 	// Bookkeeping first, so that whoever sees Done also sees the metrics.
 	l.c.forget(l)
 	l.c.m.held(l.sent)
-	if errors.Is(cause, ErrLeaseLost) {
+	if errors.Is(cause, ErrLeaseLost) && !errors.Is(cause, ErrClosed) {
 		l.c.m.add(l.c.m.lost)
 		l.c.log.Warn("fencelock: lease lost", "name", l.name, "fence", uint64(l.fence), "err", cause)
 	}

@@ -16,13 +16,18 @@ const meterName = "github.com/fencelock/fencelock"
 // the OTel API only: without an SDK installed by the application they are
 // no-ops. Every measurement carries the attribute fencelock.backend.
 //
-//	fencelock.acquire.attempts       store attempts (TryAcquire calls to the driver)
+//	fencelock.acquire.attempts       requests for a grant sent to the store: each try
+//	                                 (TryAcquire, and each retry of a polling Acquire);
+//	                                 an Acquire that waits inside the store (every
+//	                                 backend but mem) counts once, however long it waits
 //	fencelock.acquire.acquired       leases granted (= fences issued)
-//	fencelock.acquire.not_acquired   attempts that found the lock held
+//	fencelock.acquire.not_acquired   tries that found the lock held (a wait inside the
+//	                                 store is not a refusal: it ends in a grant or an error)
 //	fencelock.acquire.wait           seconds from Acquire's call to the grant
 //	fencelock.lease.hold             seconds from grant to the lease's end
 //	fencelock.lease.renew_failures   renewals that failed (the lease may survive)
 //	fencelock.lease.lost             leases that ended by loss, not Release
+//	                                 (nor Client.Close: a shutdown is not a loss)
 //	fencelock.fence.last             the last fence issued
 type metrics struct {
 	attrs         metric.MeasurementOption

@@ -35,6 +35,15 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-lost.Done()
+	// A lease still held when the Client closes ends, but is not lost.
+	held, err := c.TryAcquire(ctx, "held", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-held.Done()
 
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(ctx, &rm); err != nil {
@@ -60,13 +69,13 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	want := map[string]int64{
-		"fencelock.acquire.attempts":     3,
-		"fencelock.acquire.acquired":     2,
+		"fencelock.acquire.attempts":     4,
+		"fencelock.acquire.acquired":     3,
 		"fencelock.acquire.not_acquired": 1,
-		"fencelock.acquire.wait":         2,
-		"fencelock.lease.hold":           2,
+		"fencelock.acquire.wait":         3,
+		"fencelock.lease.hold":           3,
 		"fencelock.lease.lost":           1,
-		"fencelock.fence.last":           int64(lost.Fence()),
+		"fencelock.fence.last":           int64(held.Fence()),
 	}
 	for k, v := range want {
 		if got[k] != v {

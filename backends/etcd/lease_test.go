@@ -623,7 +623,6 @@ func TestLeaseRegisteredWhileWaiterWatchStarts(t *testing.T) {
 	check, lost := b.registerLocked(l, hdr)
 	from, next := b.watch.from, b.watch.next
 	delete(b.keys, l.key)
-	b.idleLocked()
 	b.mu.Unlock()
 	if check || lost {
 		t.Errorf("registerLocked = check %v, lost %v; want false, false (the watch restarted from the lease's read)", check, lost)

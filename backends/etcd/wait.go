@@ -191,7 +191,6 @@ func (b *backend) registerWait(wt *waiter, c *contender) (ok bool, ready <-chan 
 func (b *backend) unregisterWait(wt *waiter) {
 	b.mu.Lock()
 	b.unregisterLocked(wt)
-	b.idleLocked()
 	b.mu.Unlock()
 }
 

@@ -191,11 +191,6 @@ func (b *backend) launchLocked(from int64) {
 	go b.watchLoop(ctx, w.gen)
 }
 
-// idleLocked notes that a held lease or a waiter was removed. The idle
-// timer, armed while the watch runs, decides when it stops (stopIdle).
-// b.mu is held.
-func (b *backend) idleLocked() {}
-
 // armIdleLocked arms the idle timer to fire after d. b.mu is held.
 func (b *backend) armIdleLocked(d time.Duration) {
 	w := &b.watch

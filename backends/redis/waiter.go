@@ -56,7 +56,7 @@ type hub struct {
 	// msgs counts the release messages received per subscribed channel,
 	// and epoch the times the subscription connection broke (messages
 	// may have been lost): a blocked Acquire compares them with what it
-	// saw before its last attempt (see blockerWait).
+	// saw before its last attempt (see hub.mark and hub.awaitRelease).
 	msgs  map[string]uint64
 	epoch uint64
 	// confirmed holds, per subscribed channel, 1 + the epoch in which a
