@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/redisx"
 )
 
 // Expire implements driver.Admin: it deletes the lock key of the store key
@@ -136,7 +137,7 @@ func killNamed(ctx context.Context, c *goredis.Client, name string) error {
 	// Our own connection last: the server closes it after the reply, which
 	// may then be lost (an I/O error); a reply error is a real failure.
 	err = conn.ClientKillByFilter(ctx, "ID", strconv.FormatInt(self, 10), "SKIPME", "no").Err()
-	if err != nil && isReply(err) {
+	if err != nil && redisx.IsReply(err) {
 		return err
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/localq"
+	"github.com/fencelock/fencelock/internal/redisx"
 )
 
 var (
@@ -149,7 +150,7 @@ func (b *backend) attempt(ctx context.Context, k keys, req driver.AcquireRequest
 	}
 	if err != nil {
 		cause := b.fail(ctx, "acquire", err)
-		if notSent(err) {
+		if redisx.NotSent(err) {
 			return nil, cause
 		}
 		return nil, b.cleanup(ctx, k, req, cause)
@@ -178,7 +179,7 @@ func (b *backend) newLease(k keys, req driver.AcquireRequest, fence uint64, sent
 func (b *backend) fail(ctx context.Context, op string, err error) error {
 	e := classify(ctx, op, err)
 	if cc, ok := b.client.(*goredis.ClusterClient); ok && !errors.Is(err, context.Canceled) && !errors.Is(err, goredis.ErrClosed) &&
-		(!isReply(err) || unavailableReply(err)) {
+		(!redisx.IsReply(err) || redisx.UnavailableReply(err)) {
 		cc.ReloadState(context.WithoutCancel(ctx))
 	}
 	return e

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/redisx"
 )
 
 // The URL schemes this package registers with fencelock.Register.
@@ -95,51 +96,27 @@ func (o *URLOpener) options(u *url.URL) (*goredis.UniversalOptions, error) {
 	if u.Scheme != Scheme && u.Scheme != SchemeTLS {
 		return nil, fmt.Errorf("%w: scheme %q: use redis:// or rediss://", driver.ErrInvalid, u.Scheme)
 	}
-	q := u.Query()
-	if err := fencelock.UnknownParams(q, "cluster", "addr", "pool_size", "protocol"); err != nil {
+	p, err := redisx.ParseURL(u, "cluster")
+	if err != nil {
 		return nil, err
 	}
-	for k, vs := range q {
-		if k != "addr" && len(vs) != 1 {
-			return nil, fmt.Errorf("%w: query parameter %q given %d times: give it once", driver.ErrInvalid, k, len(vs))
-		}
-	}
-	uo := &goredis.UniversalOptions{ContextTimeoutEnabled: true, Protocol: 2,
+	q := u.Query()
+	uo := &goredis.UniversalOptions{ContextTimeoutEnabled: true, Protocol: p.Protocol, PoolSize: p.PoolSize,
+		Username: p.Username, Password: p.Password, DB: p.DB,
 		// A server that refuses connections is down: say so after one dial
 		// per attempt rather than go-redis's default 5 dials 100 ms apart
 		// (1.7 s for a refused port). Command retries (MaxRetries) still
 		// ride out a restart.
 		DialerRetries: 1, DialerRetryTimeout: time.Millisecond}
-	if u.Host != "" {
-		uo.Addrs = strings.Split(u.Host, ",")
-	}
-	uo.Addrs = append(uo.Addrs, q["addr"]...)
-	if len(uo.Addrs) == 0 {
+	if len(p.Hosts) == 0 {
 		return nil, fmt.Errorf("%w: URL %q names no host: use redis://host:6379", driver.ErrInvalid, u.Redacted())
 	}
-	for i, a := range uo.Addrs {
-		if a == "" {
-			return nil, fmt.Errorf("%w: empty host in %q", driver.ErrInvalid, u.Redacted())
+	for _, h := range p.Hosts {
+		a, _, err := redisx.HostPort(h, u)
+		if err != nil {
+			return nil, err
 		}
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			a = net.JoinHostPort(strings.Trim(a, "[]"), "6379")
-			uo.Addrs[i] = a
-		}
-		host, port, err := net.SplitHostPort(a)
-		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n <= 0 || n > 65535 {
-			return nil, fmt.Errorf("%w: bad host %q in %q: want host:port", driver.ErrInvalid, a, u.Redacted())
-		}
-	}
-	if u.User != nil {
-		uo.Username = u.User.Username()
-		uo.Password, _ = u.User.Password()
-	}
-	if p := strings.Trim(u.Path, "/"); p != "" {
-		db, err := strconv.Atoi(p)
-		if err != nil || db < 0 {
-			return nil, fmt.Errorf("%w: database %q in %q: want a number such as /0", driver.ErrInvalid, p, u.Redacted())
-		}
-		uo.DB = db
+		uo.Addrs = append(uo.Addrs, a)
 	}
 	cluster := len(uo.Addrs) > 1
 	if v := q.Get("cluster"); v != "" {
@@ -157,19 +134,6 @@ func (o *URLOpener) options(u *url.URL) (*goredis.UniversalOptions, error) {
 		if uo.DB != 0 {
 			return nil, fmt.Errorf("%w: database %d with Redis Cluster, which has only database 0: drop the path", driver.ErrInvalid, uo.DB)
 		}
-	}
-	if v := q.Get("protocol"); v != "" {
-		if v != "2" && v != "3" {
-			return nil, fmt.Errorf("%w: protocol=%q: want 2 or 3 (the RESP version)", driver.ErrInvalid, v)
-		}
-		uo.Protocol = int(v[0] - '0')
-	}
-	if v := q.Get("pool_size"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("%w: pool_size=%q: want a positive integer", driver.ErrInvalid, v)
-		}
-		uo.PoolSize = n
 	}
 	if u.Scheme == SchemeTLS {
 		if o.TLSConfig != nil {

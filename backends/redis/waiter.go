@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/redisx"
 )
 
 // hub is a client's shared pub/sub subscription, for every waiter but the
@@ -42,17 +43,13 @@ type hub struct {
 	client  goredis.UniversalClient
 	id      string        // 32 hex digits: this Client's grant channels are <channel>:<id>
 	closing chan struct{} // closed by close
-	kick    chan struct{} // cap 1: ops queued for the writer
-	wg      sync.WaitGroup
 
-	mu      sync.Mutex
-	started bool
-	closed  bool
-	ps      *goredis.PubSub
-	chans   map[string]map[*waiter]struct{} // channel → its waiters
-	pings   map[string]*waiter              // PING payload → waiter
-	seq     uint64
-	ops     []hubOp
+	mu     sync.Mutex
+	closed bool
+	sub    *redisx.Sub                     // the subscription connection, from the first wait on
+	chans  map[string]map[*waiter]struct{} // channel → its waiters
+	pings  map[string]*waiter              // PING payload → waiter
+	seq    uint64
 	// msgs counts the release messages received per subscribed channel,
 	// and epoch the times the subscription connection broke (messages
 	// may have been lost): a blocked Acquire compares them with what it
@@ -71,11 +68,6 @@ type hub struct {
 
 // linger is how long a channel stays subscribed after its last waiter left.
 const linger = time.Second
-
-type hubOp struct {
-	kind byte // 's' SUBSCRIBE, 'u' UNSUBSCRIBE, 'p' PING
-	arg  string
-}
 
 // waiter is one Wait call, or one blocked Acquire (blocker.go), which also
 // sets lock and token to take a grant handed to it by a release.
@@ -97,7 +89,6 @@ func newHub(client goredis.UniversalClient) *hub {
 		client:  client,
 		id:      hex.EncodeToString(id[:]),
 		closing: make(chan struct{}),
-		kick:    make(chan struct{}, 1),
 		chans:   map[string]map[*waiter]struct{}{},
 		pings:   map[string]*waiter{},
 		msgs:    map[string]uint64{},
@@ -167,12 +158,10 @@ func (h *hub) register(w *waiter) error {
 	if h.closed {
 		return driver.ErrClosed
 	}
-	if !h.started {
-		h.started = true
-		h.ps = h.client.Subscribe(context.Background()) // no channels yet: no I/O
-		h.wg.Add(2)
-		go h.dispatch()
-		go h.write()
+	if h.sub == nil {
+		// Broken connections wake every waiter: they retry TryAcquire and
+		// wait again on a new connection.
+		h.sub = redisx.NewSub(h.client, redisx.Handlers{Message: h.message, Pong: h.pong, Broken: h.wakeAll})
 	}
 	ws := h.chans[w.channel]
 	if ws == nil {
@@ -182,7 +171,7 @@ func (h *hub) register(w *waiter) error {
 			t.Stop() // still subscribed
 			delete(h.lingering, w.channel)
 		} else {
-			h.queue(hubOp{'s', w.channel})
+			h.sub.Subscribe(w.channel, h.grantChannel(w.channel))
 		}
 	}
 	ws[w] = struct{}{}
@@ -214,7 +203,7 @@ func (h *hub) pingLocked(w *waiter) {
 	h.seq++
 	w.ping = "fencelock:" + strconv.FormatUint(h.seq, 36)
 	h.pings[w.ping] = w
-	h.queue(hubOp{'p', w.ping})
+	h.sub.Ping(w.ping)
 }
 
 // leave removes w, queueing an UNSUBSCRIBE if it was its channel's last
@@ -246,89 +235,9 @@ func (h *hub) lingerLocked(ch string) {
 		delete(h.lingering, ch)
 		delete(h.confirmed, ch)
 		delete(h.msgs, ch)
-		h.queue(hubOp{'u', ch})
+		h.sub.Unsubscribe(ch, h.grantChannel(ch))
 	})
 	h.lingering[ch] = t
-}
-
-// queue appends an op for the writer. Callers hold h.mu.
-func (h *hub) queue(op hubOp) {
-	h.ops = append(h.ops, op)
-	select {
-	case h.kick <- struct{}{}:
-	default:
-	}
-}
-
-// write is the writer goroutine: it sends queued ops in order.
-func (h *hub) write() {
-	defer h.wg.Done()
-	ctx := context.Background()
-	for {
-		select {
-		case <-h.closing:
-			return
-		case <-h.kick:
-		}
-		h.mu.Lock()
-		ops := h.ops
-		h.ops = nil
-		h.mu.Unlock()
-		for _, op := range ops {
-			var err error
-			switch op.kind {
-			case 's':
-				err = h.ps.Subscribe(ctx, op.arg, h.grantChannel(op.arg))
-			case 'u':
-				err = h.ps.Unsubscribe(ctx, op.arg, h.grantChannel(op.arg))
-			case 'p':
-				err = h.ps.Ping(ctx, op.arg)
-			}
-			if err != nil {
-				// The connection is broken or closing; waiters would
-				// wait for replies that never come. Wake them all: they
-				// retry TryAcquire and Wait again on a new connection.
-				h.wakeAll()
-			}
-		}
-	}
-}
-
-// dispatch is the dispatcher goroutine: it reads the subscription
-// connection and wakes waiters.
-func (h *hub) dispatch() {
-	defer h.wg.Done()
-	ctx := context.Background()
-	var backoff time.Duration
-	for {
-		msg, err := h.ps.Receive(ctx)
-		if err != nil {
-			select {
-			case <-h.closing:
-				return
-			default:
-			}
-			// go-redis reconnects and resubscribes on the next call;
-			// anything published meanwhile is lost, so wake everyone.
-			h.wakeAll()
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			t := time.NewTimer(backoff)
-			select {
-			case <-h.closing:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			continue
-		}
-		backoff = 0
-		switch m := msg.(type) {
-		case *goredis.Message:
-			h.message(m.Channel, m.Payload)
-		case *goredis.Pong:
-			h.pong(m.Payload)
-		}
-	}
 }
 
 // grantChannel is the channel on which releases hand the lock of channel
@@ -452,10 +361,9 @@ func (h *hub) close() {
 		t.Stop()
 	}
 	clear(h.lingering)
-	ps, started := h.ps, h.started
+	sub := h.sub
 	h.mu.Unlock()
-	if started {
-		_ = ps.Close()
-		h.wg.Wait()
+	if sub != nil {
+		sub.Close()
 	}
 }

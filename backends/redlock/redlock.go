@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/redisx"
 )
 
 var (
@@ -323,9 +324,9 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter str
 		case err == nil:
 			at.states[i].Store(stateRefused)
 			return 0, res[1], nil
-		case notSent(err):
+		case redisx.NotSent(err):
 			at.states[i].Store(stateNotSent)
-		case isReply(err):
+		case redisx.IsReply(err):
 			at.states[i].Store(stateRefused)
 		default:
 			at.states[i].Store(stateUnknown)

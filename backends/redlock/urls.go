@@ -6,10 +6,8 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/redisx"
 )
 
 // Scheme is the URL scheme this package registers with fencelock.Register.
@@ -86,26 +85,16 @@ func (o *URLOpener) options(u *url.URL) ([]*goredis.Options, error) {
 	if u.Scheme != Scheme {
 		return nil, fmt.Errorf("%w: scheme %q: use redlock://", driver.ErrInvalid, u.Scheme)
 	}
-	q := u.Query()
-	if err := fencelock.UnknownParams(q, "addr", "pool_size", "protocol"); err != nil {
+	p, err := redisx.ParseURL(u)
+	if err != nil {
 		return nil, err
 	}
-	for k, vs := range q {
-		if k != "addr" && len(vs) != 1 {
-			return nil, fmt.Errorf("%w: query parameter %q given %d times: give it once", driver.ErrInvalid, k, len(vs))
-		}
-	}
-	var hosts []string
-	if u.Host != "" {
-		hosts = strings.Split(u.Host, ",")
-	}
-	hosts = append(hosts, q["addr"]...)
+	hosts := p.Hosts
 	if err := checkCount(len(hosts)); err != nil {
 		return nil, fmt.Errorf("%w (in %q)", err, u.Redacted())
 	}
 	var base goredis.Options
 	base.ContextTimeoutEnabled = true
-	base.Protocol = 2
 	base.MaxRetries = -1
 	// A primary that refuses connections is down: say so at once rather
 	// than after go-redis's default 5 dials 100ms apart.
@@ -117,30 +106,8 @@ func (o *URLOpener) options(u *url.URL) ([]*goredis.Options, error) {
 	// a Client.Conn reads them: a data race).
 	base.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	base.ClientName = "fencelock-redlock-" + randHex(6)
-	if u.User != nil {
-		base.Username = u.User.Username()
-		base.Password, _ = u.User.Password()
-	}
-	if p := strings.Trim(u.Path, "/"); p != "" {
-		db, err := strconv.Atoi(p)
-		if err != nil || db < 0 {
-			return nil, fmt.Errorf("%w: database %q in %q: want a number such as /0", driver.ErrInvalid, p, u.Redacted())
-		}
-		base.DB = db
-	}
-	if v := q.Get("protocol"); v != "" {
-		if v != "2" && v != "3" {
-			return nil, fmt.Errorf("%w: protocol=%q: want 2 or 3 (the RESP version)", driver.ErrInvalid, v)
-		}
-		base.Protocol = int(v[0] - '0')
-	}
-	if v := q.Get("pool_size"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("%w: pool_size=%q: want a positive integer", driver.ErrInvalid, v)
-		}
-		base.PoolSize = n
-	}
+	base.Username, base.Password, base.DB = p.Username, p.Password, p.DB
+	base.Protocol, base.PoolSize = p.Protocol, p.PoolSize
 	opts := make([]*goredis.Options, 0, len(hosts))
 	var seen []string
 	for _, h := range hosts {
@@ -150,15 +117,9 @@ func (o *URLOpener) options(u *url.URL) ([]*goredis.Options, error) {
 		} else if rest, ok := strings.CutPrefix(h, "redis://"); ok {
 			h = rest
 		}
-		if h == "" {
-			return nil, fmt.Errorf("%w: empty host in %q", driver.ErrInvalid, u.Redacted())
-		}
-		if _, _, err := net.SplitHostPort(h); err != nil {
-			h = net.JoinHostPort(strings.Trim(h, "[]"), "6379")
-		}
-		host, port, err := net.SplitHostPort(h)
-		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n <= 0 || n > 65535 {
-			return nil, fmt.Errorf("%w: bad host %q in %q: want host:port", driver.ErrInvalid, h, u.Redacted())
+		h, host, err := redisx.HostPort(h, u)
+		if err != nil {
+			return nil, err
 		}
 		if slices.Contains(seen, h) {
 			return nil, fmt.Errorf("%w: primary %s listed twice in %q: Redlock needs independent primaries", driver.ErrInvalid, h, u.Redacted())

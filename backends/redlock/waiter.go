@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/redisx"
 )
 
 // Wait implements driver.Waiter. It returns nil when the lock named name
@@ -204,20 +205,15 @@ func (b *backend) lastSnap(name string) []chanSnap {
 // channel's subscription is in effect on the server; the dispatcher
 // goroutine reads replies and messages and wakes waiters.
 type hub struct {
-	client  *goredis.Client
-	self    string        // the message of this backend's own abandons: ignored
-	closing chan struct{} // closed by close
-	kick    chan struct{} // cap 1: ops queued for the writer
-	wg      sync.WaitGroup
+	client *goredis.Client
+	self   string // the message of this backend's own abandons: ignored
 
-	mu      sync.Mutex
-	started bool
-	closed  bool
-	ps      *goredis.PubSub
-	chans   map[string]*chanState // subscribed channels
-	pings   map[string]*waiter    // PING payload → waiter
-	seq     uint64
-	ops     []hubOp
+	mu     sync.Mutex
+	closed bool
+	sub    *redisx.Sub           // the subscription connection, from the first wait on
+	chans  map[string]*chanState // subscribed channels
+	pings  map[string]*waiter    // PING payload → waiter
+	seq    uint64
 }
 
 // chanState is one subscribed channel. It stays subscribed for linger
@@ -233,11 +229,6 @@ type chanState struct {
 // linger is how long a channel stays subscribed without waiters.
 const linger = 2 * time.Second
 
-type hubOp struct {
-	kind byte // 's' SUBSCRIBE, 'u' UNSUBSCRIBE, 'p' PING
-	arg  string
-}
-
 // waiter is one Wait call's registration on one primary. wake and pong are
 // shared by the call's registrations on every primary.
 type waiter struct {
@@ -249,12 +240,10 @@ type waiter struct {
 
 func newHub(client *goredis.Client, self string) *hub {
 	return &hub{
-		client:  client,
-		self:    self,
-		closing: make(chan struct{}),
-		kick:    make(chan struct{}, 1),
-		chans:   map[string]*chanState{},
-		pings:   map[string]*waiter{},
+		client: client,
+		self:   self,
+		chans:  map[string]*chanState{},
+		pings:  map[string]*waiter{},
 	}
 }
 
@@ -266,19 +255,15 @@ func (h *hub) register(w *waiter) error {
 	if h.closed {
 		return driver.ErrClosed
 	}
-	if !h.started {
-		h.started = true
-		h.ps = h.client.Subscribe(context.Background()) // no channels yet: no I/O
-		h.wg.Add(2)
-		go h.dispatch()
-		go h.write()
+	if h.sub == nil {
+		h.sub = redisx.NewSub(h.client, redisx.Handlers{Message: h.message, Pong: h.pong, Broken: h.broken, Tick: h.sweep, TickEvery: linger / 2})
 	}
 	cs := h.chans[w.channel]
 	if cs == nil {
 		h.seq++
 		cs = &chanState{id: h.seq, waiters: map[*waiter]struct{}{}}
 		h.chans[w.channel] = cs
-		h.queue(hubOp{'s', w.channel})
+		h.sub.Subscribe(w.channel)
 	}
 	cs.waiters[w] = struct{}{}
 	cs.idleSince = time.Time{}
@@ -292,7 +277,7 @@ func (h *hub) register(w *waiter) error {
 	h.seq++
 	w.ping = "fencelock:" + strconv.FormatUint(h.seq, 36)
 	h.pings[w.ping] = w
-	h.queue(hubOp{'p', w.ping})
+	h.sub.Ping(w.ping)
 	return nil
 }
 
@@ -328,91 +313,17 @@ func (h *hub) sweep() {
 	for ch, cs := range h.chans {
 		if len(cs.waiters) == 0 && !cs.idleSince.IsZero() && time.Since(cs.idleSince) > linger {
 			delete(h.chans, ch)
-			h.queue(hubOp{'u', ch})
+			h.sub.Unsubscribe(ch)
 		}
 	}
 }
 
-// queue appends an op for the writer. Callers hold h.mu.
-func (h *hub) queue(op hubOp) {
-	h.ops = append(h.ops, op)
-	select {
-	case h.kick <- struct{}{}:
-	default:
-	}
-}
-
-// write is the writer goroutine: it sends queued ops in order. An op that
-// fails (the connection is broken) is dropped: go-redis reconnects and
-// resubscribes on the dispatcher's next read, and a waiter whose PING was
-// lost simply gets no confirmation from this primary.
-func (h *hub) write() {
-	defer h.wg.Done()
-	ctx := context.Background()
-	tick := time.NewTicker(linger / 2)
-	defer tick.Stop()
-	for {
-		select {
-		case <-h.closing:
-			return
-		case <-tick.C:
-			h.sweep()
-			continue
-		case <-h.kick:
-		}
-		h.mu.Lock()
-		ops := h.ops
-		h.ops = nil
-		h.mu.Unlock()
-		for _, op := range ops {
-			switch op.kind {
-			case 's':
-				_ = h.ps.Subscribe(ctx, op.arg)
-			case 'u':
-				_ = h.ps.Unsubscribe(ctx, op.arg)
-			case 'p':
-				_ = h.ps.Ping(ctx, op.arg)
-			}
-		}
-	}
-}
-
-// dispatch is the dispatcher goroutine: it reads the subscription
-// connection and wakes waiters.
-func (h *hub) dispatch() {
-	defer h.wg.Done()
-	ctx := context.Background()
-	var backoff time.Duration
-	for {
-		msg, err := h.ps.Receive(ctx)
-		if err != nil {
-			select {
-			case <-h.closing:
-				return
-			default:
-			}
-			h.broken()
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			t := time.NewTimer(backoff)
-			select {
-			case <-h.closing:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			continue
-		}
-		backoff = 0
-		switch m := msg.(type) {
-		case *goredis.Message:
-			// This Client's own abandons free nothing another holder
-			// held: they neither wake its waiters nor count as notices.
-			if m.Payload != h.self {
-				h.wakeChannel(m.Channel)
-			}
-		case *goredis.Pong:
-			h.pong(m.Payload)
-		}
+// message handles a message on a subscribed channel: a release notice
+// wakes the channel's waiters. This Client's own abandons free nothing
+// another holder held: they neither wake its waiters nor count as notices.
+func (h *hub) message(ch, payload string) {
+	if payload != h.self {
+		h.wakeChannel(ch)
 	}
 }
 
@@ -433,13 +344,20 @@ func (h *hub) wakeChannel(ch string) {
 }
 
 // broken records that the connection broke: notices may have been lost,
-// and every subscription must be confirmed again.
+// and every subscription must be confirmed again. Its waiters are woken
+// to look again (a PING of theirs may have been lost with it).
 func (h *hub) broken() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, cs := range h.chans {
 		cs.msgs++
 		cs.confirmed = false
+		for w := range cs.waiters {
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 
@@ -469,11 +387,9 @@ func (h *hub) close() {
 		return
 	}
 	h.closed = true
-	close(h.closing)
-	ps, started := h.ps, h.started
+	sub := h.sub
 	h.mu.Unlock()
-	if started {
-		_ = ps.Close()
-		h.wg.Wait()
+	if sub != nil {
+		sub.Close()
 	}
 }
