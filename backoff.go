@@ -31,5 +31,8 @@ func ExponentialBackoff(base, max time.Duration) Backoff {
 }
 
 // DefaultBackoff is the Backoff used when Options.Backoff is nil:
-// full jitter from 2 ms doubling up to 100 ms.
-var DefaultBackoff = ExponentialBackoff(2*time.Millisecond, 100*time.Millisecond)
+// full jitter from 2 ms doubling up to 100 ms. (A function, not a
+// variable: no caller can change another's default.)
+func DefaultBackoff(attempt int) time.Duration { return defaultBackoff(attempt) }
+
+var defaultBackoff = ExponentialBackoff(2*time.Millisecond, 100*time.Millisecond)

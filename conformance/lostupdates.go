@@ -30,8 +30,8 @@ const (
 	ClaimFirst
 )
 
-// Modes lists every Mode, in table order.
-var Modes = []Mode{NoFencing, WriteOnly, ClaimFirst}
+// Modes returns every Mode, in table order (a new slice each call).
+func Modes() []Mode { return []Mode{NoFencing, WriteOnly, ClaimFirst} }
 
 func (m Mode) String() string {
 	switch m {
@@ -201,7 +201,7 @@ func testLostUpdates(t TB, e *env) {
 	lockers := []fencelock.Locker{e.client(), e.client(), e.client(), e.client()}
 	// Stalls outlast what the store granted, not only what was asked.
 	cfg := LostUpdatesConfig{Name: e.name("counter"), Sections: 40, Workers: 4, StallRate: 0.1, TTL: e.ttl, Stall: e.effTTL() + e.effTTL()/2}
-	for _, m := range Modes {
+	for _, m := range Modes() {
 		e.waiting("the lost-update experiment, " + m.String())
 		var res guard.Counter
 		r, err := LostUpdates(e.ctx, lockers, &res, m, cfg)

@@ -31,15 +31,20 @@ type StudyConfig struct {
 	Progress func(done, total int)
 }
 
-// Published protocols of the study (see docs/comparison.md for its numbers).
-var (
-	// StudyProfile: 8 workers, one row, TTL 200 ms, 5 ms of work, a share
-	// of sections stalling 300 ms (1.5 × TTL) after reading; 10,000 sections.
-	StudyProfile = StudyConfig{Sections: 10000, Workers: 8, TTL: 200 * time.Millisecond, Work: 5 * time.Millisecond, StallMin: 300 * time.Millisecond, StallMax: 300 * time.Millisecond}
-	// OverlapProfile: overlaps made common: 100 ms of work (half the TTL),
-	// 5 % of sections stalling 100–300 ms; 2,000 sections.
-	OverlapProfile = StudyConfig{Sections: 2000, Workers: 8, StallRate: 0.05, TTL: 200 * time.Millisecond, Work: 100 * time.Millisecond, StallMin: 100 * time.Millisecond, StallMax: 300 * time.Millisecond}
-)
+// The study's protocols (see docs/comparison.md for its numbers), as
+// functions so that no caller changes another's copy.
+
+// StudyProfile: 8 workers, one row, TTL 200 ms, 5 ms of work, a share of
+// sections stalling 300 ms (1.5 × TTL) after reading; 10,000 sections.
+func StudyProfile() StudyConfig {
+	return StudyConfig{Sections: 10000, Workers: 8, TTL: 200 * time.Millisecond, Work: 5 * time.Millisecond, StallMin: 300 * time.Millisecond, StallMax: 300 * time.Millisecond}
+}
+
+// OverlapProfile: overlaps made common: 100 ms of work (half the TTL), 5 %
+// of sections stalling 100–300 ms; 2,000 sections.
+func OverlapProfile() StudyConfig {
+	return StudyConfig{Sections: 2000, Workers: 8, StallRate: 0.05, TTL: 200 * time.Millisecond, Work: 100 * time.Millisecond, StallMin: 100 * time.Millisecond, StallMax: 300 * time.Millisecond}
+}
 
 // StudyResult is one run of the study protocol.
 type StudyResult struct {

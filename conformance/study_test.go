@@ -24,7 +24,7 @@ func TestStudyProtocol(t *testing.T) {
 	}
 	cfg := conformance.StudyConfig{Name: "study", Sections: 80, Workers: 4, StallRate: 0.1,
 		TTL: 40 * time.Millisecond, Work: 20 * time.Millisecond, StallMin: 30 * time.Millisecond, StallMax: 90 * time.Millisecond}
-	for _, m := range conformance.Modes {
+	for _, m := range conformance.Modes() {
 		var res guard.Counter
 		r, err := conformance.Study(ctx, ls, &res, m, cfg)
 		if err != nil {

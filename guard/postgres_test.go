@@ -222,7 +222,7 @@ func TestPGCounterLostUpdates(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		lockers = append(lockers, c)
 	}
-	for _, m := range conformance.Modes {
+	for _, m := range conformance.Modes() {
 		res, err := guard.CreatePGCounter(ctx, db, uniqueTable(t, db), 1)
 		if err != nil {
 			t.Fatal(err)

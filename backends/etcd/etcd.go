@@ -207,10 +207,10 @@ import (
 	"github.com/fencelock/fencelock/driver"
 )
 
-// Capabilities of the etcd:// backend, with the MinTTL of a cluster whose
+// capabilities are those of the etcd:// backend, with the MinTTL of a cluster whose
 // election timeout is at most 666 ms; a Client's Capabilities().MinTTL is
 // the connected cluster's (see Config.MinTTL).
-var Capabilities = driver.Capabilities{
+var capabilities = driver.Capabilities{
 	Backend:        "etcd",
 	Fence:          driver.FenceStrict,
 	FenceSource:    "CreateRevision of the lock key (raft revision)",
@@ -335,7 +335,7 @@ type backend struct {
 }
 
 func newBackend(cli *clientv3.Client, cfg *Config, own bool) *backend {
-	b := &backend{cli: cli, ownCli: own, timeout: DefaultRequestTimeout, caps: Capabilities,
+	b := &backend{cli: cli, ownCli: own, timeout: DefaultRequestTimeout, caps: capabilities,
 		classes: map[int64]*class{}, keys: map[string]*lease{}, free: map[string]uint64{}}
 	if cfg != nil {
 		b.keyPrefix = cfg.KeyPrefix

@@ -29,8 +29,8 @@ import (
 	"github.com/fencelock/fencelock/driver"
 )
 
-// Capabilities of the mem:// backend.
-var Capabilities = driver.Capabilities{
+// capabilities are those of the mem:// backend.
+var capabilities = driver.Capabilities{
 	Backend:        "mem",
 	Fence:          driver.FenceStrict,
 	FenceSource:    "per-name counter in the process",
@@ -97,7 +97,7 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 
 func (b *backend) Wait(ctx context.Context, name string) error { return b.s.Wait(ctx, name) }
 
-func (b *backend) Capabilities() driver.Capabilities { return Capabilities }
+func (b *backend) Capabilities() driver.Capabilities { return capabilities }
 
 func (b *backend) Close() error { return nil }
 

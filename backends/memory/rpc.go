@@ -145,7 +145,7 @@ func (b *rpcBackend) Wait(ctx context.Context, name string) error {
 }
 
 func (b *rpcBackend) Capabilities() driver.Capabilities {
-	c := Capabilities
+	c := capabilities
 	c.Backend = "memrpc"
 	c.LossSignal = 0 // a lease learns of a drop from its next renewal
 	// Wait is an RPC the serving process answers at a release or expiry

@@ -59,9 +59,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Capabilities of the zk:// backend. MinTTL is the server's
+// capabilities are those of the zk:// backend. MinTTL is the server's
 // minSessionTimeout, read when the backend is made.
-var Capabilities = driver.Capabilities{
+var capabilities = driver.Capabilities{
 	Backend:        "zookeeper",
 	Fence:          driver.FenceStrict,
 	FenceSource:    "pzxid of the lock path when our node is first (Zab zxid)",
@@ -84,7 +84,7 @@ var Capabilities = driver.Capabilities{
 func New(ctx context.Context, cfg Config, opts *fencelock.Options) (*fencelock.Client, error) {
 	b, err := newBackend(ctx, cfg)
 	if err != nil {
-		return nil, &fencelock.Error{Op: "open", Backend: Capabilities.Backend, Err: err}
+		return nil, &fencelock.Error{Op: "open", Backend: capabilities.Backend, Err: err}
 	}
 	return fencelock.New(b, opts), nil
 }
@@ -129,7 +129,7 @@ func newBackend(ctx context.Context, cfg Config) (*backend, error) {
 		auth:           slices.Clone(cfg.Auth),
 		dial:           cfg.Dialer,
 		logger:         discard{},
-		caps:           Capabilities,
+		caps:           capabilities,
 		sessions:       map[time.Duration]*session{},
 	}
 	if b.timeout <= 0 {

@@ -166,7 +166,7 @@ func compareStudy(ctx context.Context, clients []*fencelock.Client, tg target, a
 		return nil, err
 	}
 	defer closeRes()
-	p := conformance.StudyProfile
+	p := conformance.StudyProfile()
 	runs := cfg.studyRuns
 	if min := clients[0].Capabilities().MinTTL; min > p.TTL {
 		p.TTL = demoTTL(clients[0], min)

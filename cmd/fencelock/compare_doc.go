@@ -122,7 +122,7 @@ func spreadOf(xs []int) (lo, hi int) {
 
 func (d *compareDoc) renderStudy(b *bytes.Buffer) {
 	b.WriteString("## Lost updates: the study's protocol, on every backend\n\n")
-	p := conformance.StudyProfile
+	p := conformance.StudyProfile()
 	fmt.Fprintf(b, "The experiment this project grew from: %d workers, one counter row, one lock; each section reads, works %v, writes +1; a share of sections stall 1.5 × TTL after reading (TTL %v, stall %v; auto-renew off, as a paused process cannot renew); a rejected write is redone, so lost = sections − final value. The study ran 10,000 sections and 5 runs per setting; this generation runs %d sections and %d runs (1 run, with the store's minimum TTL, where that minimum exceeds %v), at %s stalls — the full protocol on one store is `fencelock lostupdates --profile study --runs 5 --url …` (about 20 minutes per store). Medians (ranges); the last column scales our median to 10,000 sections.\n\n",
 		p.Workers, p.Work, p.TTL, p.StallMin, d.cfg.studySections, d.cfg.studyRuns, p.TTL, fmtRate(d.cfg.studyRate))
 	pub := published["study"][d.cfg.studyRate]
@@ -133,7 +133,7 @@ func (d *compareDoc) renderStudy(b *bytes.Buffer) {
 			continue
 		}
 		sr := r.study
-		for i, m := range conformance.Modes {
+		for i, m := range conformance.Modes() {
 			lost := conformance.SpreadOf(sr.lost[d.cfg.studyRate][m])
 			rej := conformance.SpreadOf(sr.rej[d.cfg.studyRate][m])
 			scaled := lost.Median * 10000 / max(sr.cfg.Sections, 1)

@@ -45,9 +45,9 @@ func fakeResults(failed string) []backendResult {
 			r.lat, r.handoff = append(r.lat, d), append(r.handoff, 2*d)
 		}
 		r.cont = conformance.ContendedResult{Sections: 1000, Elapsed: time.Second, WaitMax: time.Duration(i+1) * time.Millisecond, PerWorker: []int{120, 130}}
-		sr := &studyRun{profile: "study", cfg: conformance.StudyProfile, runs: 1, resource: "memory", ttl: 200 * time.Millisecond,
+		sr := &studyRun{profile: "study", cfg: conformance.StudyProfile(), runs: 1, resource: "memory", ttl: 200 * time.Millisecond,
 			rates: []float64{0.05}, lost: map[float64]map[conformance.Mode][]int{0.05: {}}, rej: map[float64]map[conformance.Mode][]int{0.05: {}}}
-		for _, m := range conformance.Modes {
+		for _, m := range conformance.Modes() {
 			sr.lost[0.05][m], sr.rej[0.05][m] = []int{int(m)}, []int{3}
 		}
 		r.study = sr

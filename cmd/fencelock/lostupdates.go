@@ -58,7 +58,7 @@ func runLostUpdates(ctx context.Context, args []string) error {
 		url, caps.Backend, caps.Fence, *workers, *sections, ttl, ttl+ttl/2, *resource)
 	fmt.Printf("%-7s %-12s %8s %8s %9s %9s %8s %7s %9s\n", "stall", "mode", "sections", "stalled", "accepted", "rejected", "final", "lost", "time")
 	for ri, rate := range rates {
-		for _, m := range conformance.Modes {
+		for _, m := range conformance.Modes() {
 			res, err := newRes(ctx, fmt.Sprintf("run-%d-%d", ri, m))
 			if err != nil {
 				return err

@@ -19,8 +19,8 @@ var studyProfiles = map[string]struct {
 	cfg   conformance.StudyConfig
 	rates []float64
 }{
-	"study":   {conformance.StudyProfile, []float64{0.001, 0.01, 0.05}},
-	"overlap": {conformance.OverlapProfile, []float64{0.05}},
+	"study":   {conformance.StudyProfile(), []float64{0.001, 0.01, 0.05}},
+	"overlap": {conformance.OverlapProfile(), []float64{0.05}},
 }
 
 // published are the study's medians (ranges) per profile, stall rate and
@@ -72,7 +72,7 @@ func runStudyConfig(ctx context.Context, lks []fencelock.Locker, newRes func(ctx
 	for ri, rate := range rates {
 		sr.lost[rate], sr.rej[rate] = map[conformance.Mode][]int{}, map[conformance.Mode][]int{}
 		for run := range runs {
-			for _, m := range conformance.Modes {
+			for _, m := range conformance.Modes() {
 				res, err := newRes(ctx, fmt.Sprintf("%s-%d-%d-%d", profile, ri, run, m))
 				if err != nil {
 					return nil, err
@@ -105,7 +105,7 @@ func (sr *studyRun) table(backend string) string {
 	var b strings.Builder
 	for _, rate := range sr.rates {
 		pub := published[sr.profile][rate]
-		for i, m := range conformance.Modes {
+		for i, m := range conformance.Modes() {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s / %s | %s |\n", backend, fmtRate(rate), m,
 				conformance.SpreadOf(sr.lost[rate][m]), conformance.SpreadOf(sr.rej[rate][m]), pub[i])
 		}
