@@ -58,7 +58,7 @@ type Lease struct {
 	storeGone   bool          // the store side is known released or lost
 	renewTimer  *time.Timer
 	expiryTimer *time.Timer
-	unhook      func() bool // unregisters the driver's LossHook callback
+	unhook      func() bool // unregisters the driver's LossNotifier callback
 }
 
 func newLease(ctx context.Context, c *Client, name string, o resolved, dl driver.Lease, sent time.Time) *Lease {
@@ -86,7 +86,7 @@ func (l *Lease) start() {
 		l.renewTimer = time.AfterFunc(time.Until(l.sent.Add(l.ttl/3)), l.renew)
 	}
 	l.mu.Unlock()
-	if h, ok := l.dl.(driver.LossHook); ok {
+	if h, ok := l.dl.(driver.LossNotifier); ok {
 		stop := h.OnLost(func() {
 			l.markStoreGone()
 			l.end(l.lostErr("the store dropped the lease"))
@@ -103,18 +103,6 @@ func (l *Lease) start() {
 		if ended {
 			stop()
 		}
-		return
-	}
-	if ln, ok := l.dl.(driver.LossNotifier); ok {
-		lost := ln.Lost()
-		go func() {
-			select {
-			case <-lost:
-				l.markStoreGone()
-				l.end(l.lostErr("the store dropped the lease"))
-			case <-l.ctx.Done():
-			}
-		}()
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/adminhook"
 )
 
 // Locker acquires leases on named locks. *Client implements it; depend on
@@ -30,7 +31,6 @@ type Capabilities = driver.Capabilities
 
 // Fence guarantees, re-exported from package driver.
 const (
-	FenceNone        = driver.FenceNone
 	FenceBestEffort  = driver.FenceBestEffort
 	FenceTimeFloored = driver.FenceTimeFloored
 	FenceStrict      = driver.FenceStrict
@@ -54,8 +54,11 @@ type Options struct {
 	// DefaultWait bounds Acquire when AcquireOptions.Wait is 0.
 	// Default: 0, wait until ctx ends.
 	DefaultWait time.Duration
-	// Backoff spaces retries of a blocked Acquire (and bounds each
-	// notification wait, as a fallback for lost notifications).
+	// Backoff spaces the retries of a blocked Acquire on a backend that
+	// retries attempts (mem, redlock), and bounds each wait for a release
+	// notice there, as a fallback for a lost one. Backends whose store
+	// queues waiters (redis, etcd, zookeeper, postgres) or that poll on a
+	// schedule of their own (dynamodb, see its package doc) do not use it.
 	// Default: DefaultBackoff.
 	Backoff Backoff
 	// ReleaseTimeout bounds Release, which runs on a context detached from
@@ -146,21 +149,21 @@ func New(b driver.Backend, opts *Options) *Client {
 	return c
 }
 
+func init() {
+	adminhook.Register(func(c any) (driver.Admin, bool) {
+		a, ok := c.(*Client).b.(driver.Admin)
+		return a, ok
+	})
+}
+
 // Capabilities describes the backend.
 func (c *Client) Capabilities() Capabilities { return c.caps }
 
 // As sets target to the backend's native client when it has a supported
-// type (see the backend's package doc) and reports whether it did.
-// A *driver.Admin target receives the backend's out-of-band admin hooks
-// when it has them (the conformance suite's URL harness uses them).
+// type (see the backend's package doc) and reports whether it did. The
+// backend's out-of-band admin hooks (driver.Admin) are not handed out:
+// they end other holders' locks, and only the conformance suite gets them.
 func (c *Client) As(target any) bool {
-	if p, ok := target.(*driver.Admin); ok {
-		a, ok := c.b.(driver.Admin)
-		if ok {
-			*p = a
-		}
-		return ok
-	}
 	if a, ok := c.b.(driver.Aser); ok && target != nil {
 		return a.As(target)
 	}
@@ -275,7 +278,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts *AcquireOptions)
 
 func (c *Client) acquireLoop(ctx context.Context, name string, o resolved) (*Lease, error) {
 	if bl, ok := c.b.(driver.Blocker); ok {
-		req := driver.AcquireRequest{Name: o.key, Token: newToken(), TTL: o.ttl}
+		req := driver.AcquireRequest{Name: o.key, Token: newToken(), TTL: o.ttl, Backoff: c.opts.Backoff}
 		c.m.add(c.m.attempts)
 		dl, sent, err := bl.Acquire(ctx, req)
 		if err != nil {

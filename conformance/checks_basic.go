@@ -29,8 +29,11 @@ func testTryAcquireFree(t TB, e *env) {
 	if l.Name() != name {
 		t.Errorf("Name() = %q, want %q", l.Name(), name)
 	}
-	if e.caps.Fence != fencelock.FenceNone && l.Fence() == 0 {
-		t.Errorf("Fence() = 0 from a fencing backend")
+	if l.Fence() == 0 {
+		t.Errorf("Fence() = 0: every grant carries a fence")
+	}
+	if e.caps.Fence < fencelock.FenceBestEffort || e.caps.Fence > fencelock.FenceStrict {
+		t.Errorf("Capabilities().Fence = %v: declare how strong the fence is (FenceBestEffort, FenceTimeFloored or FenceStrict)", e.caps.Fence)
 	}
 	if l.Err() != nil {
 		t.Errorf("Err() = %v on a held lease", l.Err())

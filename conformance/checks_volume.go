@@ -44,7 +44,6 @@ func testHighVolume(t TB, e *env) {
 	var errs errList
 	var fenceMu sync.Mutex
 	var lastFence uint64
-	fencing := e.caps.Fence != fencelock.FenceNone
 	enough := func() bool { return refused.Load() >= volumeRefused && grants.Load() >= volumeGrants }
 	// section runs one critical section of l and releases it.
 	section := func(l *fencelock.Lease) {
@@ -53,15 +52,13 @@ func testHighVolume(t TB, e *env) {
 			doubles.Add(1)
 			errs.addf("fence %d granted while another holder was inside", l.Fence())
 		} else {
-			if fencing {
-				fenceMu.Lock()
-				if f := uint64(l.Fence()); f <= lastFence {
-					errs.addf("fence %d granted after fence %d", f, lastFence)
-				} else {
-					lastFence = f
-				}
-				fenceMu.Unlock()
+			fenceMu.Lock()
+			if f := uint64(l.Fence()); f <= lastFence {
+				errs.addf("fence %d granted after fence %d", f, lastFence)
+			} else {
+				lastFence = f
 			}
+			fenceMu.Unlock()
 			time.Sleep(100 * time.Microsecond)
 			inside.Store(0)
 		}

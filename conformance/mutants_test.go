@@ -230,7 +230,7 @@ func (l *mutLease) Extend(ctx context.Context, ttl time.Duration) error {
 		case "ExtendSucceedsAfterLoss":
 			return nil
 		case "ExtendRetakesLock":
-			if _, _, err2 := l.b.s.TryAcquire(l.name, l.token, ttl); err2 == nil {
+			if _, err2 := memory.NewDriver(l.b.s).TryAcquire(ctx, driver.AcquireRequest{Name: l.name, Token: l.token, TTL: ttl}); err2 == nil {
 				return nil
 			}
 		}
@@ -253,9 +253,7 @@ func (l *mutLease) Release(ctx context.Context) error {
 		case "ReleaseSucceedsAfterLoss":
 			return nil
 		case "ReleaseFreesOtherHolder":
-			if tok, _, held := l.b.s.Holder(l.name); held {
-				_ = l.b.s.Release(l.name, tok)
-			}
+			l.b.s.Expire(l.name) // whoever holds it now
 			return nil
 		}
 	}
@@ -264,11 +262,11 @@ func (l *mutLease) Release(ctx context.Context) error {
 
 type notifyingLease struct{ *mutLease }
 
-func (l *notifyingLease) Lost() <-chan struct{} {
+func (l *notifyingLease) OnLost(f func()) (stop func() bool) {
 	if l.b.mutant == "LossNeverSignalled" {
-		return make(chan struct{})
+		return func() bool { return true }
 	}
-	return l.inner.(driver.LossNotifier).Lost()
+	return l.inner.(driver.LossNotifier).OnLost(f)
 }
 
 // fakeLease is a second grant of a held lock: it holds nothing.

@@ -44,6 +44,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/adminhook"
 )
 
 // TB is the part of testing.TB the checks use; the CLI runner implements it
@@ -227,8 +228,8 @@ func NewURLHarness(ctx context.Context, url string) (Harness, error) {
 	}
 	// mem:// lives in this process: a child process cannot share it.
 	h := urlHarness{url: url, shared: c.Capabilities().Backend != "mem"}
-	var adm driver.Admin
-	if !c.As(&adm) {
+	adm, ok := adminhook.Of(c)
+	if !ok {
 		_ = c.Close()
 		return h, nil
 	}
@@ -287,8 +288,8 @@ func (h *adminHarness) Admin() driver.Admin { return h.adm }
 func (h *adminHarness) Expire(ctx context.Context, key string) error { return h.adm.Expire(ctx, key) }
 
 func (h *adminHarness) KillSession(ctx context.Context, c *fencelock.Client) error {
-	var adm driver.Admin
-	if !c.As(&adm) {
+	adm, ok := adminhook.Of(c)
+	if !ok {
 		return fmt.Errorf("%w: the client has no driver.Admin", fencelock.ErrInvalid)
 	}
 	return adm.KillSessions(ctx)

@@ -6,7 +6,8 @@ import "context"
 // with the store's own administrative operations, the way an operator or a
 // fault would. The conformance suite's URL harness uses it, so that
 // `fencelock conformance --url` runs the loss checks against a deployed
-// store with nothing skipped. Client.As(*driver.Admin) reaches it.
+// store with nothing skipped. Client.As does not hand it out: the suite
+// reaches it through internal/adminhook, which only this module imports.
 type Admin interface {
 	// Expire makes the store drop the lock whose store key is name at once,
 	// as if its TTL had passed (for example DEL, a lease revoke, a
@@ -24,7 +25,7 @@ type Admin interface {
 }
 
 // The optional admin hooks below sit beside Admin on a Backend (the
-// conformance suite type-asserts the driver.Admin it gets from Client.As).
+// conformance suite type-asserts the driver.Admin it gets).
 // Each lets the suite reach a class of defect that a healthy store never
 // shows: state the store can lose, nodes that drift apart, a waiter queue,
 // unrelated load. A backend implements the ones that fit what it

@@ -1,12 +1,40 @@
 // Package driver defines the small interface a fencelock backend implements.
 //
 // Application code never uses this package: it uses the portable
-// *fencelock.Client and *fencelock.Lease, which own everything that is the
-// same on every store (owner tokens, blocking acquire with backoff, renewal,
-// the local validity deadline, lease-loss signalling, input validation,
-// release on a detached context). A backend implements Backend and Lease and,
-// where the store can do better than polling, the optional Waiter, Blocker and
-// LossNotifier interfaces.
+// *fencelock.Client and *fencelock.Lease.
+//
+// # Who owns what
+//
+// The portable layer owns what is the same on every store: input
+// validation, owner tokens, the lease's local validity deadline, renewal
+// and MaxHold, lease-loss signalling to the application (Lease.Done),
+// release on a detached context, metrics and errors.
+//
+// Waiting belongs to the store where the store can do it: a backend whose
+// store queues waiters or notifies them implements Blocker and owns the
+// whole wait (every backend shipped here but mem). The portable loop —
+// TryAcquire, then Waiter.Wait or a sleep, spaced by Options.Backoff — is
+// the fallback for a store that can only be polled. Pieces a Blocker
+// needs are shared, not copied: NewToken for each attempt's token,
+// AcquireRequest.Backoff for the Client's backoff, and (inside this module)
+// internal/localq for the per-Client queue of waiters.
+//
+// # What a backend implements
+//
+// Required: Backend (TryAcquire, Capabilities, Close) and Lease (Fence,
+// Extend, Release). Optional, each for one thing a store may do better
+// than the default:
+//   - Blocker: the store queues or notifies waiters (see above);
+//   - Waiter: a polling store can still tell when a lock may be free;
+//   - LossNotifier: the store can say a lease is gone before a renewal
+//     would find out;
+//   - TimedTryAcquirer: the grant's TTL clock started before the call
+//     (etcd's shared leases);
+//   - GrantedTTLer: the store keeps the lock longer than asked;
+//   - Aser: the native client or handle, for Client.As and Lease.As.
+//
+// Admin and the hooks beside it (admin.go) are not for applications: they
+// act on the store out of band, for the conformance suite.
 //
 // Every method's doc comment is a contract; the conformance suite
 // (package conformance) checks it through the portable types.
@@ -14,6 +42,8 @@ package driver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"time"
 )
 
@@ -29,6 +59,21 @@ type AcquireRequest struct {
 	// TTL is how long the store keeps the lock without a renewal. It is at
 	// least Capabilities().MinTTL.
 	TTL time.Duration
+	// Backoff is the Client's Options.Backoff (never nil in a request to
+	// Blocker.Acquire): a Blocker whose wait retries attempts spaces them
+	// with it. A store that queues waiters or polls on a schedule of its
+	// own may ignore it.
+	Backoff func(attempt int) time.Duration
+}
+
+// NewToken returns a fresh 128-bit random owner token (32 lowercase hex
+// characters), as the portable layer makes them for AcquireRequest.Token:
+// a Blocker that makes several attempts within one Acquire uses a new one
+// for each.
+func NewToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return hex.EncodeToString(b[:])
 }
 
 // MaxNameLen is the longest lock name, in bytes, the portable layer accepts.
@@ -122,23 +167,15 @@ type TimedTryAcquirer interface {
 
 // LossNotifier is implemented by a Lease whose store can say the lease is
 // gone before a renewal would find out (a session expired, a connection
-// that held the lock died).
+// that held the lock died). It is a callback, not a channel, so that the
+// portable layer parks no goroutine per lease: a Client holding many
+// leases runs O(1) goroutines.
 type LossNotifier interface {
-	// Lost returns a channel that is closed when the store has dropped the
-	// lease. It is never closed by a successful Release.
-	Lost() <-chan struct{}
-}
-
-// LossHook is an optional, cheaper form of LossNotifier for a Lease that
-// also implements LossNotifier: the portable layer registers a callback
-// instead of parking a goroutine per lease on the Lost channel, so that a
-// Client holding many leases runs O(1) goroutines. A lease whose Lost
-// channel is a context's Done channel implements it with
-// context.AfterFunc.
-type LossHook interface {
 	// OnLost arranges for f to be called once, in its own goroutine, when
-	// the Lost channel closes. stop unregisters f and reports whether it
-	// stopped f from being called, like context.AfterFunc's stop.
+	// the store has dropped the lease (never after a successful Release).
+	// stop unregisters f and reports whether it stopped f from being
+	// called, like context.AfterFunc's stop; a lease whose loss cancels a
+	// context implements OnLost with context.AfterFunc.
 	OnLost(f func()) (stop func() bool)
 }
 

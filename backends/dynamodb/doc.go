@@ -237,7 +237,7 @@
 //
 // # Admin
 //
-// driver.Admin (reached with Client.As): Expire marks an item released
+// driver.Admin (for the conformance suite, not handed out by Client.As): Expire marks an item released
 // with a new version, keeping its fence; KillSessions simulates a network
 // partition of this client's held leases (DynamoDB has no sessions).
 package dynamodb

@@ -11,14 +11,15 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/adminhook"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
 func adminOf(t testing.TB, c *fencelock.Client) driver.Admin {
 	t.Helper()
-	var adm driver.Admin
-	if !c.As(&adm) {
-		t.Fatal("Client.As(*driver.Admin) = false")
+	adm, ok := adminhook.Of(c)
+	if !ok {
+		t.Fatal("adminhook.Of = false")
 	}
 	return adm
 }

@@ -90,10 +90,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.Run("driver-try", func(b *testing.B) {
 		u, _ := benchClients(b, 0)
 		c := u.open(b)
-		var be *backend
-		if !c.As(&be) {
-			b.Fatal("Client.As(**backend) = false")
-		}
+		be := backendOf(b, c)
 		req := driver.AcquireRequest{Name: uniqueName(b), Token: "t", TTL: benchTTL}
 		timePairs(b, func(ctx context.Context) error {
 			l, _, err := be.TryAcquireAt(ctx, req)

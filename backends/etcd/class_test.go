@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/adminhook"
 )
 
 // TestRefreshSentAfterCall: concurrent refreshes of one class share
@@ -132,12 +133,12 @@ func TestUnrenewedLockEndsDespiteSibling(t *testing.T) {
 	}
 }
 
-// backendOf is the etcd driver under c (Client.As).
-func backendOf(t *testing.T, c *fencelock.Client) *backend {
+// backendOf is the etcd driver under c.
+func backendOf(t testing.TB, c *fencelock.Client) *backend {
 	t.Helper()
-	var b *backend
-	if !c.As(&b) {
-		t.Fatal("Client.As(**backend) = false")
+	a, ok := adminhook.Of(c)
+	if !ok {
+		t.Fatal("not an etcd client")
 	}
-	return b
+	return a.(*backend)
 }

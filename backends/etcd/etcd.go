@@ -156,7 +156,7 @@
 //
 // A deletion of a held key that is not our Release (lease expiry,
 // revocation, etcdctl del, Admin.Expire) ends that lease as soon as the
-// watch delivers it (Lease.Done, through driver.LossHook: no goroutine
+// watch delivers it (Lease.Done, through driver.LossNotifier: no goroutine
 // per lease): at once, or, in the lease's first 50 ms, once the watch
 // has started for it (above). The
 // watch resumes after the last revision it delivered when it breaks, and
@@ -175,8 +175,8 @@
 //
 // # Admin
 //
-// The backend implements driver.Admin (Client.As(&adm) with a
-// driver.Admin), which `fencelock conformance --url` uses: Expire deletes
+// The backend implements driver.Admin, which `fencelock conformance
+// --url` uses (Client.As does not hand it out): Expire deletes
 // the key of a lock's holder (the first key under its prefix, any
 // client's), as the expiry of a lease of its own would, without revoking
 // its lease, which may carry other locks; KillSessions revokes every class
@@ -357,8 +357,6 @@ func (b *backend) As(target any) bool {
 	switch p := target.(type) {
 	case **clientv3.Client:
 		*p = b.cli
-	case **backend:
-		*p = b
 	default:
 		return false
 	}

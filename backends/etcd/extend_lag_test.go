@@ -129,10 +129,7 @@ func TestExtendDoesNotTrustLaggingWatch(t *testing.T) {
 	waitWatchLive(t, b)
 	gate.hold()
 	other := e.client()
-	var adm *backend
-	if !other.As(&adm) {
-		t.Fatal("Client.As(**backend) = false")
-	}
+	adm := backendOf(t, other)
 	if err := adm.Expire(e.ctx, "x"); err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,6 @@ import (
 var (
 	_ driver.Lease        = (*lease)(nil)
 	_ driver.LossNotifier = (*lease)(nil)
-	_ driver.LossHook     = (*lease)(nil)
 	_ driver.GrantedTTLer = (*lease)(nil)
 	_ driver.Aser         = (*lease)(nil)
 )
@@ -80,10 +79,7 @@ func (l *lease) As(target any) bool {
 
 func (l *lease) Fence() uint64 { return uint64(l.rev) }
 
-// Lost implements driver.LossNotifier.
-func (l *lease) Lost() <-chan struct{} { return l.lostCtx.Done() }
-
-// OnLost implements driver.LossHook: no goroutine per lease.
+// OnLost implements driver.LossNotifier: no goroutine per lease.
 func (l *lease) OnLost(f func()) (stop func() bool) { return context.AfterFunc(l.lostCtx, f) }
 
 func (l *lease) class() *class {

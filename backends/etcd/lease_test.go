@@ -485,8 +485,7 @@ func TestReleaseReportsDeletedKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b *backend
-	c.As(&b)
+	b := backendOf(t, c)
 	var g Guard
 	if !l.As(&g) {
 		t.Fatal("Lease.As(*Guard) = false")

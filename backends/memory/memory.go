@@ -81,7 +81,6 @@ var (
 	_ driver.Aser   = (*backend)(nil)
 
 	_ driver.LossNotifier = (*lease)(nil)
-	_ driver.LossHook     = (*lease)(nil)
 )
 
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
@@ -95,7 +94,7 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	return &lease{s: b.s, name: req.Name, token: req.Token, fence: fence, lost: lost}, nil
 }
 
-func (b *backend) Wait(ctx context.Context, name string) error { return b.s.Wait(ctx, name) }
+func (b *backend) Wait(ctx context.Context, name string) error { return b.s.wait(ctx, name) }
 
 func (b *backend) Capabilities() driver.Capabilities { return capabilities }
 
@@ -127,17 +126,15 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return l.s.Extend(l.name, l.token, ttl)
+	return l.s.extend(l.name, l.token, ttl)
 }
 
 func (l *lease) Release(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return l.s.Release(l.name, l.token)
+	return l.s.release(l.name, l.token)
 }
 
-func (l *lease) Lost() <-chan struct{} { return l.lost.Done() }
-
-// OnLost implements driver.LossHook without a goroutine per lease.
+// OnLost implements driver.LossNotifier without a goroutine per lease.
 func (l *lease) OnLost(f func()) (stop func() bool) { return context.AfterFunc(l.lost, f) }

@@ -47,18 +47,18 @@ func code(err error) int {
 }
 
 func (r *rpcStore) TryAcquire(a wire.Args, rep *wire.Reply) error {
-	f, _, err := r.s.TryAcquire(a.Name, a.Token, a.TTL)
+	f, _, err := r.s.tryAcquire(0, a.Name, a.Token, a.TTL)
 	rep.Code, rep.Fence = code(err), f
 	return nil
 }
 
 func (r *rpcStore) Extend(a wire.Args, rep *wire.Reply) error {
-	rep.Code = code(r.s.Extend(a.Name, a.Token, a.TTL))
+	rep.Code = code(r.s.extend(a.Name, a.Token, a.TTL))
 	return nil
 }
 
 func (r *rpcStore) Release(a wire.Args, rep *wire.Reply) error {
-	rep.Code = code(r.s.Release(a.Name, a.Token))
+	rep.Code = code(r.s.release(a.Name, a.Token))
 	return nil
 }
 
@@ -66,7 +66,7 @@ func (r *rpcStore) Release(a wire.Args, rep *wire.Reply) error {
 func (r *rpcStore) Wait(a wire.Args, rep *wire.Reply) error {
 	ctx, cancel := context.WithTimeout(context.Background(), a.TTL)
 	defer cancel()
-	_ = r.s.Wait(ctx, a.Name)
+	_ = r.s.wait(ctx, a.Name)
 	return nil
 }
 

@@ -51,9 +51,9 @@ func (l *stallableLease) Extend(ctx context.Context, ttl time.Duration) error {
 	return l.Lease.Extend(ctx, ttl)
 }
 
-func (l *stallableLease) Lost() <-chan struct{} { return l.Lease.(driver.LossNotifier).Lost() }
-
-func (l *stallableLease) OnLost(f func()) func() bool { return l.Lease.(driver.LossHook).OnLost(f) }
+func (l *stallableLease) OnLost(f func()) (stop func() bool) {
+	return l.Lease.(driver.LossNotifier).OnLost(f)
+}
 
 // stallers remembers each client's driver for StallExtends.
 type stallers struct {

@@ -38,16 +38,6 @@ func NewStore() *Store {
 	return &Store{locks: map[string]*entry{}, fences: map[string]uint64{}, freed: map[string]chan struct{}{}}
 }
 
-// TryAcquire takes name for token if it is free. It returns the new fence
-// and a channel closed if the store later drops the lock (expiry, Expire).
-func (s *Store) TryAcquire(name, token string, ttl time.Duration) (uint64, <-chan struct{}, error) {
-	f, lost, err := s.tryAcquire(0, name, token, ttl)
-	if err != nil {
-		return 0, nil, err
-	}
-	return f, lost.Done(), nil
-}
-
 // Session identifies one mem:// client's locks in its Store (see
 // KillSession). Get a client's with Client.As.
 type Session uint64
@@ -83,8 +73,8 @@ func (s *Store) tryAcquire(session Session, name, token string, ttl time.Duratio
 	return e.fence, e.lost, nil
 }
 
-// Extend sets the lock's expiry to ttl from now if token still holds it.
-func (s *Store) Extend(name, token string, ttl time.Duration) error {
+// extend sets the lock's expiry to ttl from now if token still holds it.
+func (s *Store) extend(name, token string, ttl time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.locks[name]
@@ -96,8 +86,8 @@ func (s *Store) Extend(name, token string, ttl time.Duration) error {
 	return nil
 }
 
-// Release frees the lock if token still holds it.
-func (s *Store) Release(name, token string) error {
+// release frees the lock if token still holds it.
+func (s *Store) release(name, token string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.locks[name]
@@ -133,9 +123,9 @@ func (s *Store) Holder(name string) (token string, fence uint64, held bool) {
 	return "", 0, false
 }
 
-// Wait returns nil as soon as name is free (at once if it is), or ctx's
+// wait returns nil as soon as name is free (at once if it is), or ctx's
 // error.
-func (s *Store) Wait(ctx context.Context, name string) error {
+func (s *Store) wait(ctx context.Context, name string) error {
 	s.mu.Lock()
 	if s.locks[name] == nil {
 		s.mu.Unlock()

@@ -11,7 +11,6 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/pgadvisory"
-	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -100,33 +99,21 @@ func ExampleKey() {
 }
 
 // Lease.As gives the lease's own transaction as a pgx.Tx (the one Tx
-// returns), and Client.As the backend's out-of-band admin operations, here
-// the termination of the session holding a lock, as an operator's
-// pg_terminate_backend would.
-func ExampleURLOpener_admin() {
+// returns).
+func Example_leaseAs() {
 	ctx := context.Background()
 	locks, err := fencelock.Open(ctx, exampleDSN())
 	if err != nil {
 		panic(err)
 	}
 	defer locks.Close()
-	l, err := locks.TryAcquire(ctx, "example-admin", &fencelock.AcquireOptions{TTL: 10 * time.Second})
+	l, err := locks.TryAcquire(ctx, "example-as", &fencelock.AcquireOptions{TTL: 10 * time.Second})
 	if err != nil {
 		panic(err)
 	}
+	defer l.Release(ctx)
 	var tx pgx.Tx
 	fmt.Println("native transaction:", l.As(&tx))
-
-	var adm driver.Admin
-	if !locks.As(&adm) {
-		panic("no admin")
-	}
-	if err := adm.Expire(ctx, "example-admin"); err != nil {
-		panic(err)
-	}
-	<-l.Done()
-	fmt.Println("lost:", errors.Is(l.Err(), fencelock.ErrLeaseLost))
 	// Output:
 	// native transaction: true
-	// lost: true
 }

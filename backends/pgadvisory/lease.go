@@ -29,7 +29,7 @@ type lease struct {
 
 	sem chan struct{} // 1 slot: held while a statement runs on pc
 	// lost is cancelled when the store dropped the lease (a context, so
-	// that the portable layer can watch it with a callback: LossHook).
+	// that the portable layer can watch it with a callback: OnLost).
 	lost     context.Context
 	markLost context.CancelFunc
 
@@ -56,7 +56,6 @@ type lease struct {
 var (
 	_ driver.Lease        = (*lease)(nil)
 	_ driver.LossNotifier = (*lease)(nil)
-	_ driver.LossHook     = (*lease)(nil)
 	_ driver.Aser         = (*lease)(nil)
 )
 
@@ -69,11 +68,9 @@ func newLease(b *backend, pc *pgxpool.Conn, key string, lock int64, fence uint64
 
 func (l *lease) Fence() uint64 { return l.fence }
 
-// Lost implements driver.LossNotifier: closed when the lease's connection
-// was found dead or its transaction aborted.
-func (l *lease) Lost() <-chan struct{} { return l.lost.Done() }
-
-// OnLost implements driver.LossHook without a goroutine per lease.
+// OnLost implements driver.LossNotifier, without a goroutine per lease:
+// f runs when the lease's connection was found dead or its transaction
+// aborted.
 func (l *lease) OnLost(f func()) (stop func() bool) { return context.AfterFunc(l.lost, f) }
 
 // acquire takes sem, or returns ctx's error.

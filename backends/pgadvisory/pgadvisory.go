@@ -168,8 +168,8 @@
 //
 // # Admin
 //
-// The backend implements driver.Admin (Client.As(&adm) with a
-// driver.Admin), which `fencelock conformance --url` uses: Expire
+// The backend implements driver.Admin, which `fencelock conformance
+// --url` uses (Client.As does not hand it out): Expire
 // terminates (pg_terminate_backend) the session holding the advisory lock
 // of a name, found in pg_locks, whichever client it belongs to; KillSessions
 // terminates every session of this Client (held leases, waiters, idle pool

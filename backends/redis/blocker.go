@@ -54,7 +54,7 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	// the first queued attempt, which takes a free lock just as well.
 	//
 	// Behind this Client's earlier waiters on the name, send nothing.
-	t, ok := b.queue.Join(req.Name)
+	t, ok := b.queue.Join(req.Name, struct{}{})
 	if !ok {
 		return nil, time.Time{}, driver.ErrClosed
 	}

@@ -248,8 +248,8 @@
 //
 // # Admin
 //
-// The backend implements driver.Admin (Client.As(&adm) with a
-// driver.Admin), the out-of-band hooks `fencelock conformance --url` uses:
+// The backend implements driver.Admin, the out-of-band hooks
+// `fencelock conformance --url` uses (not handed out by Client.As):
 //
 //   - Expire DELs a lock key whoever holds it, as if its TTL had passed;
 //     never the fence key, and nothing is published (expiry publishes

@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log"
 	"log/slog"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/redis"
-	"github.com/fencelock/fencelock/driver"
 )
 
 // A lease on a Redis lock, with its fence sent along with the write it
@@ -60,30 +58,9 @@ func Example_open() {
 	fmt.Println("fence", lease.Fence())
 }
 
-// Client.As gives the backend's out-of-band admin operations: here the
-// store drops a lock as if its TTL had passed, as an operator's DEL would;
-// the holder learns it at its next renewal. go-redis's own log lines
-// (pool dial errors, which fencelock also returns) can be sent to a
-// slog.Logger instead of being dropped.
-func Example_admin() {
-	ctx := context.Background()
+// go-redis's own log lines (pool dial errors, which fencelock also
+// returns) can be sent to a slog.Logger; fencelock leaves go-redis's
+// process-wide logger alone unless asked.
+func ExampleLogGoRedisTo() {
 	redis.LogGoRedisTo(slog.Default())
-	locks, err := fencelock.Open(ctx, "redis://127.0.0.1:6379/0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locks.Close()
-	lease, err := locks.TryAcquire(ctx, "orders:42", &fencelock.AcquireOptions{TTL: time.Second})
-	if err != nil {
-		log.Fatal(err)
-	}
-	var adm driver.Admin
-	if !locks.As(&adm) {
-		log.Fatal("no admin")
-	}
-	if err := adm.Expire(ctx, "orders:42"); err != nil {
-		log.Fatal(err)
-	}
-	<-lease.Done()
-	fmt.Println(errors.Is(lease.Err(), fencelock.ErrLeaseLost))
 }

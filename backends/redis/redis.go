@@ -101,20 +101,18 @@ func New(client goredis.UniversalClient, opts *fencelock.Options) *fencelock.Cli
 }
 
 // backend is the Redis driver. It implements driver.Backend,
-// driver.Blocker (see blocker.go), driver.Waiter, driver.Aser and
-// driver.Admin.
+// driver.Blocker (see blocker.go), driver.Aser and driver.Admin.
 type backend struct {
 	client goredis.UniversalClient
 	owns   bool // Close closes client (clients opened from a URL)
 	hub    *hub
-	lane   *lane         // one blocked Acquire at a time reads its grant itself (lane.go)
-	queue  localq.Queues // this Client's blocked acquires per name (blocker.go)
-	live   leaseSet      // held leases, for KillSessions
+	lane   *lane                   // one blocked Acquire at a time reads its grant itself (lane.go)
+	queue  localq.Queues[struct{}] // this Client's blocked acquires per name (blocker.go)
+	live   leaseSet                // held leases, for KillSessions
 }
 
 var (
 	_ driver.Backend = (*backend)(nil)
-	_ driver.Waiter  = (*backend)(nil)
 	_ driver.Blocker = (*backend)(nil)
 	_ driver.Aser    = (*backend)(nil)
 	_ driver.Admin   = (*backend)(nil)
@@ -224,12 +222,6 @@ const queuedFirst = -4 * time.Millisecond
 
 // notAcquired explains a refusal; pttl is the acquire script's second value.
 func notAcquired(pttl time.Duration) error { return &refused{pttl} }
-
-// Wait implements driver.Waiter through the client's one shared pub/sub
-// subscription; see hub.wait.
-func (b *backend) Wait(ctx context.Context, name string) error {
-	return b.hub.wait(ctx, keysFor(name))
-}
 
 // As sets *target to the go-redis client for target types
 // *goredis.UniversalClient, **goredis.Client and **goredis.ClusterClient.

@@ -15,6 +15,7 @@ import (
 	"github.com/fencelock/fencelock/backends/redis"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/adminhook"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -108,8 +109,8 @@ func (h *harness) Admin() driver.Admin {
 		}
 		h.adm = c
 	}
-	var adm driver.Admin
-	if !h.adm.As(&adm) {
+	adm, ok := adminhook.Of(h.adm)
+	if !ok {
 		return nil
 	}
 	return adm

@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"strconv"
@@ -95,58 +94,6 @@ func newHub(client goredis.UniversalClient) *hub {
 
 		confirmed: map[string]uint64{},
 		lingering: map[string]*time.Timer{},
-	}
-}
-
-// wait returns nil when k's lock may be free: a release was published on
-// its channel after the subscription took effect, the key was already gone
-// when checked after that, its TTL ran out, or the subscription connection
-// broke (a notification may have been lost). It returns ctx.Err() when ctx
-// ends first and ErrClosed when the backend closes.
-//
-// It cannot miss a release that happens after it is called: it subscribes,
-// waits for the server to confirm (the PING reply), and only then checks
-// the key; a release before the check shows as a missing key, one after
-// reaches the subscription.
-func (h *hub) wait(ctx context.Context, k keys) error {
-	w := &waiter{channel: k.channel, lock: k.lock, wake: make(chan struct{}, 1)}
-	if err := h.register(w); err != nil {
-		return err
-	}
-	defer h.leave(w)
-	select {
-	case <-w.pong:
-	case <-w.wake:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-h.closing:
-		return driver.ErrClosed
-	}
-	pttl, err := h.client.PTTL(ctx, k.lock).Result()
-	if err != nil {
-		return classify(ctx, "wait", err)
-	}
-	var expired <-chan time.Time
-	switch {
-	case pttl == -2: // no key: free now
-		return nil
-	case pttl == -1: // no expiry (not a lease): only a release frees it
-	default:
-		// Expiry publishes nothing: wake when the TTL runs out.
-		t := time.NewTimer(pttl)
-		defer t.Stop()
-		expired = t.C
-	}
-	select {
-	case <-w.wake:
-		return nil
-	case <-expired:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-h.closing:
-		return driver.ErrClosed
 	}
 }
 

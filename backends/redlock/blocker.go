@@ -2,15 +2,13 @@ package redlock
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/localq"
 )
 
 var _ driver.Blocker = (*backend)(nil)
@@ -30,8 +28,7 @@ var _ driver.Blocker = (*backend)(nil)
 //
 // The first waiter retries after a release notice (Wait), or when its
 // refused attempt said the holder's keys run out (see freeAt), bounded by
-// a jittered backoff from 2ms doubling to 100ms (fencelock's default; this
-// backend does not use Options.Backoff). Every attempt has a fresh token:
+// req.Backoff (the Client's Options.Backoff). Every attempt has a fresh token:
 // an abandoned attempt's token is void on the primaries. ErrUnavailable
 // and other errors end the wait, as in the portable loop.
 func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
@@ -41,7 +38,7 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	defer b.leave(req.Name, t)
 	select {
-	case <-t.turn:
+	case <-t.Turn():
 	case <-ctx.Done():
 		return nil, time.Time{}, ctxErr(ctx, "acquire", "queued behind this Client's earlier waiters")
 	case <-b.ctx.Done():
@@ -49,15 +46,15 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	timedOut := false // the last wait ended by its backoff, without a notice
 	leadHeld := false // the last attempt was refused by the lead, first in its queue, for the lock held there
-	queued := false   // the lead may queue t.id
+	queued := false   // the lead may queue t.Val.id
 	defer func() {
 		if queued {
-			b.dequeue(req.Name, t.id)
+			b.dequeue(req.Name, t.Val.id)
 		}
 	}()
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
-			req.Token = newToken()
+			req.Token = driver.NewToken()
 		}
 		// A retry asks the lead primary first (see try), and so does the
 		// first attempt when this Client's last Acquire of the lock had to
@@ -72,11 +69,11 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if (attempt > 0 || b.rivalsOn(req.Name)) && !(timedOut && leadHeld) {
 			mode = ordered
 		}
-		l, sent, err := b.try(ctx, req, t.id, mode)
+		l, sent, err := b.try(ctx, req, t.Val.id, mode)
 		queued = true
 		if err == nil {
-			queued = false // the release takes t.id out of the lead's queue
-			b.granted(req.Name, t, attempt > 0)
+			queued = false // the release takes t.Val.id out of the lead's queue
+			b.granted(req.Name, t.Val, attempt > 0)
 			return l, sent, nil
 		}
 		if !errors.Is(err, driver.ErrNotAcquired) {
@@ -88,12 +85,12 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		}
 		// The refusal may say when the lock is free (a holder's keys run
 		// out: expiry publishes nothing); the wait ends then at the latest.
-		d := backoff(attempt)
+		d := req.Backoff(attempt)
 		if at, ok := retryAt(err); ok {
 			d = min(d, time.Until(at))
 		}
 		wctx, cancel := context.WithTimeout(ctx, d)
-		werr := b.wait(wctx, req.Name, t.kick)
+		werr := b.wait(wctx, req.Name, t.Val.kick)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -105,27 +102,9 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 }
 
-// backoff is fencelock's default: full jitter from 2ms doubling to 100ms.
-func backoff(attempt int) time.Duration {
-	const base, ceil = 2 * time.Millisecond, 100 * time.Millisecond
-	c := ceil
-	if attempt < 6 {
-		c = base << attempt
-	}
-	return base/2 + rand.N(c-base/2+1)
-}
-
-// newToken returns a 128-bit random owner token (32 hex characters), as
-// the portable layer makes them.
-func newToken() string {
-	var buf [16]byte
-	_, _ = crand.Read(buf[:])
-	return hex.EncodeToString(buf[:])
-}
-
-// ticket is one blocked Acquire's place in its Client's local queue.
+// ticket is what a blocked Acquire keeps with its place in its Client's
+// local queue (b.queues).
 type ticket struct {
-	turn   chan struct{} // closed when it is first in line
 	kick   chan struct{} // cap 1: a lease of this Client on the lock was just released
 	kicked bool          // a kick was sent to it (under b.mu)
 	id     string        // its place in the lead primary's queue (see try)
@@ -145,20 +124,18 @@ const maxStreak = 3
 func (b *backend) handOff(name string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	q := b.queues[name]
-	if len(q) == 0 {
-		return
-	}
-	if b.streaks[name] >= maxStreak {
-		delete(b.streaks, name)
-		return
-	}
-	b.streaks[name]++
-	q[0].kicked = true
-	select {
-	case q[0].kick <- struct{}{}:
-	default:
-	}
+	b.queues.Head(name, func(h *localq.Ticket[*ticket]) {
+		if b.streaks[name] >= maxStreak {
+			delete(b.streaks, name)
+			return
+		}
+		b.streaks[name]++
+		h.Val.kicked = true
+		select {
+		case h.Val.kick <- struct{}{}:
+		default:
+		}
+	})
 }
 
 // granted ends a streak of local hand-offs when t got the lock without one,
@@ -190,41 +167,21 @@ func (b *backend) rivalsOn(name string) bool {
 
 // join appends a ticket to name's local queue; the first in line gets
 // its turn at once.
-func (b *backend) join(name string) (*ticket, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
+func (b *backend) join(name string) (*localq.Ticket[*ticket], error) {
+	t, ok := b.queues.Join(name, &ticket{kick: make(chan struct{}, 1), id: driver.NewToken()})
+	if !ok {
 		return nil, errClosed
 	}
-	t := &ticket{turn: make(chan struct{}), kick: make(chan struct{}, 1), id: newToken()}
-	q := b.queues[name]
-	if len(q) == 0 {
-		close(t.turn)
-	}
-	b.queues[name] = append(q, t)
 	return t, nil
 }
 
-// leave removes t from name's queue and gives the turn to the next.
-func (b *backend) leave(name string, t *ticket) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	q := b.queues[name]
-	for i, x := range q {
-		if x != t {
-			continue
-		}
-		q = append(q[:i:i], q[i+1:]...)
-		if i == 0 && len(q) > 0 {
-			close(q[0].turn)
-		}
-		break
-	}
-	if len(q) == 0 {
-		delete(b.queues, name)
+// leave removes t from name's queue and gives the turn to the next; a
+// streak of local hand-offs ends with the queue.
+func (b *backend) leave(name string, t *localq.Ticket[*ticket]) {
+	if b.queues.Leave(name, t) {
+		b.mu.Lock()
 		delete(b.streaks, name)
-	} else {
-		b.queues[name] = q
+		b.mu.Unlock()
 	}
 }
 

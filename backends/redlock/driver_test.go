@@ -10,6 +10,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/redlock"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/adminhook"
 )
 
 // TestKeyLayout: on every primary the lock key is the name itself (no
@@ -123,8 +124,8 @@ func TestNewAndAs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Without a ClientName, KillSessions cannot tell our connections.
-	var adm driver.Admin
-	if !locks.As(&adm) {
+	adm, ok := adminhook.Of(locks)
+	if !ok {
 		t.Fatal("no driver.Admin")
 	}
 	if err := adm.KillSessions(ctx); !errors.Is(err, fencelock.ErrInvalid) {

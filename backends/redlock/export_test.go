@@ -1,6 +1,9 @@
 package redlock
 
-import "github.com/fencelock/fencelock"
+import (
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/adminhook"
+)
 
 // Test hooks for the external test package.
 
@@ -12,11 +15,11 @@ func VoidKey(lock, token string) string { return keysFor(lock).void(token) }
 // Idle waits until the client's calls still in flight in the background
 // (the tail of decided fan-outs, abandons of frozen primaries) have ended.
 func Idle(c *fencelock.Client) {
-	var b *backend
-	if !c.As(&b) {
+	a, ok := adminhook.Of(c)
+	if !ok {
 		panic("not a redlock client")
 	}
-	b.bg.Wait()
+	a.(*backend).bg.Wait()
 }
 
 // QueueKey is the lead primary's queue of blocked Acquires on lock.

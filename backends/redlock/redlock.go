@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/localq"
 	"github.com/fencelock/fencelock/internal/redisx"
 )
 
@@ -128,7 +129,7 @@ type node struct {
 }
 
 // backend is the Redlock driver. It implements driver.Backend,
-// driver.Waiter, driver.Admin (with driver.FenceAdmin and
+// driver.Blocker (blocker.go), driver.Admin (with driver.FenceAdmin and
 // driver.QuorumAdmin) and driver.Aser.
 type backend struct {
 	nodes  []*node
@@ -142,12 +143,12 @@ type backend struct {
 
 	mu      sync.Mutex
 	closed  bool
-	gates   map[string]*gate      // lock key → this client's attempt in flight
-	queues  map[string][]*ticket  // lock key → this client's blocked Acquires, in order
-	streaks map[string]int        // lock key → local hand-offs in a row (see handOff)
-	rivals  map[string]bool       // lock key → this Client's last blocked Acquire of it had to wait (see Acquire)
-	snaps   map[string][]chanSnap // lock key → the hubs' view when the last attempt began (see Wait)
-	id      string                // this backend's notice message for its abandons (see hub.self)
+	gates   map[string]*gate       // lock key → this client's attempt in flight
+	queues  localq.Queues[*ticket] // lock key → this client's blocked Acquires, in order
+	streaks map[string]int         // lock key → local hand-offs in a row (see handOff)
+	rivals  map[string]bool        // lock key → this Client's last blocked Acquire of it had to wait (see Acquire)
+	snaps   map[string][]chanSnap  // lock key → the hubs' view when the last attempt began (see Wait)
+	id      string                 // this backend's notice message for its abandons (see hub.self)
 }
 
 // gate marks an acquire attempt in flight; done is closed when it ends.
@@ -194,7 +195,6 @@ func (b *backend) inFlight(key string) *gate {
 
 var (
 	_ driver.Backend     = (*backend)(nil)
-	_ driver.Waiter      = (*backend)(nil)
 	_ driver.Admin       = (*backend)(nil)
 	_ driver.FenceAdmin  = (*backend)(nil)
 	_ driver.QuorumAdmin = (*backend)(nil)
@@ -202,9 +202,9 @@ var (
 )
 
 func newBackend(clients []*goredis.Client, owns bool) *backend {
-	b := &backend{quorum: len(clients)/2 + 1, owns: owns, gates: map[string]*gate{}, queues: map[string][]*ticket{}, streaks: map[string]int{}, rivals: map[string]bool{}, snaps: map[string][]chanSnap{}}
+	b := &backend{quorum: len(clients)/2 + 1, owns: owns, gates: map[string]*gate{}, streaks: map[string]int{}, rivals: map[string]bool{}, snaps: map[string][]chanSnap{}}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	b.id = "fencelock-abandon:" + newToken()
+	b.id = "fencelock-abandon:" + driver.NewToken()
 	for _, c := range clients {
 		b.nodes = append(b.nodes, &node{addr: c.Options().Addr, c: c, hub: newHub(c, b.id)})
 	}
@@ -607,10 +607,6 @@ func (b *backend) abandon(req driver.AcquireRequest, waiter string, k keys, at *
 // As sets *target to the go-redis clients, one per primary, for target
 // type *[]*goredis.Client.
 func (b *backend) As(target any) bool {
-	if t, ok := target.(**backend); ok { // tests (export_test.go)
-		*t = b
-		return true
-	}
 	if t, ok := target.(*[]*goredis.Client); ok {
 		cs := make([]*goredis.Client, len(b.nodes))
 		for i, nd := range b.nodes {
@@ -638,6 +634,7 @@ func (b *backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	b.queues.Close()
 	b.mu.Unlock()
 	b.cancel()
 	for _, nd := range b.nodes {

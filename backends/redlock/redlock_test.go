@@ -12,6 +12,7 @@ import (
 	_ "github.com/fencelock/fencelock/backends/redlock"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/adminhook"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -52,8 +53,8 @@ func (h *harness) Close() {
 }
 
 func adminOf(c *fencelock.Client) (driver.Admin, error) {
-	var adm driver.Admin
-	if !c.As(&adm) {
+	adm, ok := adminhook.Of(c)
+	if !ok {
 		return nil, errors.New("redlock client has no driver.Admin")
 	}
 	return adm, nil

@@ -13,7 +13,7 @@ import (
 	"github.com/fencelock/fencelock/internal/redisx"
 )
 
-// Wait implements driver.Waiter. It returns nil when the lock named name
+// wait returns nil when the lock named name
 // may be free: a release notice arrived from any primary, a majority of
 // primaries had no lock key when checked, or enough of the holder's keys
 // ran out (by their PTTLs) to leave a majority free. It returns ctx.Err()
@@ -30,12 +30,9 @@ import (
 // that attempt started and have carried no notice since, there was no
 // such release (it would have published on one of them), and Wait just
 // waits. Otherwise it checks the lock keys (PTTL) on every primary. A
-// frozen or dead primary never confirms and is simply not needed.
-func (b *backend) Wait(ctx context.Context, name string) error {
-	return b.wait(ctx, name, nil)
-}
-
-// wait is Wait; it also returns nil when kick receives (see handOff).
+// frozen or dead primary never confirms and is simply not needed. It also
+// returns nil when kick receives (see handOff). Blocked Acquires use it
+// (blocker.go).
 func (b *backend) wait(ctx context.Context, name string, kick <-chan struct{}) error {
 	if g := b.inFlight(name); g != nil {
 		// This Client's own attempt decides first (see gate).

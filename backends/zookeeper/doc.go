@@ -149,7 +149,7 @@
 //
 // # Admin
 //
-// driver.Admin (reached by Client.As): Expire deletes the holder's node;
+// driver.Admin (for the conformance suite, not handed out by Client.As): Expire deletes the holder's node;
 // KillSessions closes each of the backend's sessions on the server from a
 // second connection that presents the session's ID and password
 // (Curator's KillSession), which deletes their nodes at once.

@@ -16,7 +16,6 @@ import (
 var (
 	_ driver.Lease        = (*lease)(nil)
 	_ driver.LossNotifier = (*lease)(nil)
-	_ driver.LossHook     = (*lease)(nil)
 	_ driver.GrantedTTLer = (*lease)(nil)
 	_ driver.Aser         = (*lease)(nil)
 )
@@ -52,9 +51,7 @@ func (b *backend) newLease(s *session, path string, sid, fence int64, ttl time.D
 
 func (l *lease) Fence() uint64 { return uint64(l.fence) }
 
-func (l *lease) Lost() <-chan struct{} { return l.lost.Done() }
-
-// OnLost calls f when the lease is lost, without a goroutine per lease.
+// OnLost implements driver.LossNotifier: it calls f when the lease is lost, without a goroutine per lease.
 func (l *lease) OnLost(f func()) (stop func() bool) { return context.AfterFunc(l.lost, f) }
 
 // GrantedTTL is how long ZooKeeper may keep the lock of a client that

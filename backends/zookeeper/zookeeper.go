@@ -178,8 +178,6 @@ func (b *backend) As(target any) bool {
 	switch p := target.(type) {
 	case *[]string:
 		*p = slices.Clone(b.servers)
-	case **backend:
-		*p = b
 	default:
 		return false
 	}
