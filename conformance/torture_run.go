@@ -1,0 +1,59 @@
+package conformance
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// RunTorture runs Torture on a harness newHarness makes, once per seed
+// (0: a random seed, printed), each for o.Duration, and fails t with the
+// report (each violation's window and the seed) on any violation. With
+// FENCELOCK_TORTURE_DIR set, each run's history (JSONL) and timeline
+// (SVG) are written there; otherwise only a failing run's, to t's temp
+// directory, named in the log.
+func RunTorture(t *testing.T, newHarness HarnessMaker, o TortureOptions, seeds ...uint64) {
+	if len(seeds) == 0 {
+		seeds = []uint64{0}
+	}
+	for _, seed := range seeds {
+		if seed == 0 {
+			seed = RandomSeed()
+		}
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			h, err := newHarness(t.Context(), t)
+			if err != nil {
+				t.Fatalf("harness: %v", err)
+			}
+			defer h.Close()
+			o := o
+			o.Seed = seed
+			var out bytes.Buffer
+			o.Out = &out
+			res, err := Torture(t.Context(), h, o)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out.String())
+			}
+			var rep strings.Builder
+			res.WriteReport(&rep, fmt.Sprintf("go test -run '%s' (seed %d)", t.Name(), seed))
+			t.Logf("%s%s", out.String(), rep.String())
+			dir := os.Getenv("FENCELOCK_TORTURE_DIR")
+			if dir == "" && len(res.Violations) > 0 {
+				dir = t.TempDir()
+			}
+			if dir != "" {
+				base := filepath.Join(dir, fmt.Sprintf("torture-%s-%d", res.Meta.Backend, seed))
+				if err := res.WriteFiles(base+".jsonl", base+".svg"); err != nil {
+					t.Errorf("%v", err)
+				}
+				t.Logf("history: %s.jsonl, timeline: %s.svg", base, base)
+			}
+			if len(res.Violations) > 0 {
+				t.Errorf("torture found %d violations (seed %d)", len(res.Violations), seed)
+			}
+		})
+	}
+}
