@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // RunTorture runs Torture on a harness newHarness makes, once per seed
@@ -56,4 +58,27 @@ func RunTorture(t *testing.T, newHarness HarnessMaker, o TortureOptions, seeds .
 			}
 		})
 	}
+}
+
+// CITorture is the short torture each backend's test runs in CI: the
+// random phase lasts FENCELOCK_TORTURE_DURATION (default 12s), on seed
+// 24 and a random seed (printed), or on FENCELOCK_TORTURE_SEED alone.
+func CITorture(t *testing.T, newHarness HarnessMaker, o TortureOptions) {
+	o.Duration = 12 * time.Second
+	if v := os.Getenv("FENCELOCK_TORTURE_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			t.Fatalf("FENCELOCK_TORTURE_DURATION=%q: want a positive duration", v)
+		}
+		o.Duration = d
+	}
+	seeds := []uint64{24, 0}
+	if v := os.Getenv("FENCELOCK_TORTURE_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || s == 0 {
+			t.Fatalf("FENCELOCK_TORTURE_SEED=%q: want a positive integer", v)
+		}
+		seeds = []uint64{s}
+	}
+	RunTorture(t, newHarness, o, seeds...)
 }
