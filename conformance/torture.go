@@ -65,6 +65,9 @@ type TortureMeta struct {
 	Duration time.Duration `json:"duration"`
 	TTL      time.Duration `json:"ttl"`
 	StoreTTL time.Duration `json:"store_ttl"`
+	// MaxTTL is the longest TTL a worker asks for (an Extend to a longer
+	// TTL): how far past a store-side drop an untold holder may believe.
+	MaxTTL time.Duration `json:"max_ttl"`
 	// AllowedOverlap is how long two holders may both believe they hold a
 	// name: the declared BreakOverlap and its tolerance, or 0.
 	AllowedOverlap time.Duration `json:"allowed_overlap"`
@@ -129,7 +132,7 @@ func Torture(ctx context.Context, h Harness, o TortureOptions) (*TortureResult, 
 	}
 	r.hist.Meta = TortureMeta{
 		Backend: caps.Backend, Seed: o.Seed, Workers: o.Workers, Names: o.Names, Proxied: -1, Duration: o.Duration,
-		TTL: ttl, StoreTTL: storeTTL, StoreSlack: eff + margin, LiveBound: r.liveBound(),
+		TTL: ttl, StoreTTL: storeTTL, MaxTTL: 2 * ttl, StoreSlack: eff + margin, LiveBound: r.liveBound(),
 	}
 	if b := caps.BreakOverlap; b > 0 {
 		r.hist.Meta.AllowedOverlap = b + promiseTol(b)

@@ -157,7 +157,7 @@ func (w *worker) hold(ctx context.Context, name string, lease int64, l *fenceloc
 		case 2:
 			w.rmwWriteOnly(ctx, name, lease, l.Fence())
 		case 3:
-			w.extend(ctx, name, lease, l, 2*r.ttl)
+			w.extend(ctx, name, lease, l, r.hist.Meta.MaxTTL)
 		case 4:
 			w.extend(ctx, name, lease, l, shortTTL(r.caps, r.ttl*3/4))
 		}
