@@ -43,6 +43,15 @@ type TortureOptions struct {
 	// Out receives progress lines (the seed, the fault schedule). Default:
 	// nothing.
 	Out io.Writer
+	// Restart, where the caller owns the store's server, kills it and
+	// starts it again (empty where the store keeps locks in memory only),
+	// returning once it serves; the nemesis then also restarts the store
+	// (as it does through a harness that is a StoreRestarter).
+	Restart func(ctx context.Context) error
+	// Pause and Resume, where the caller owns the server, stop and
+	// continue its process (SIGSTOP, SIGCONT); the nemesis then also
+	// pauses the server.
+	Pause, Resume func() error
 }
 
 // StoreRestarter is an optional Harness hook: restart the store, as a

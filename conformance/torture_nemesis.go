@@ -40,8 +40,11 @@ func (r *run) faultKinds() []string {
 	if _, ok := r.h.(Expirer); ok {
 		k = append(k, "expire")
 	}
-	if _, ok := r.h.(StoreRestarter); ok {
+	if _, ok := r.h.(StoreRestarter); ok || r.o.Restart != nil {
 		k = append(k, "restart")
+	}
+	if r.o.Pause != nil && r.o.Resume != nil {
+		k = append(k, "pause")
 	}
 	return k
 }
@@ -61,7 +64,7 @@ func (r *run) schedule() []plannedFault {
 		at += between(r.eff/2, 2*r.eff)
 		p := plannedFault{At: at, Kind: kinds[rng.IntN(len(kinds))]}
 		switch p.Kind {
-		case "blackhole", "reset", "latency":
+		case "blackhole", "reset", "latency", "pause":
 			p.Dur = between(r.eff/2, 3*r.eff)
 			if p.Kind == "latency" {
 				p.Delay = between(10*time.Millisecond, max(20*time.Millisecond, r.ttl/4))
@@ -116,8 +119,22 @@ func (r *run) apply(ctx context.Context, p plannedFault) {
 		}
 	case "restart":
 		f.Target = "store"
-		if err := r.h.(StoreRestarter).RestartStore(ctx); err != nil {
+		restart := r.o.Restart
+		if sr, ok := r.h.(StoreRestarter); ok {
+			restart = sr.RestartStore
+		}
+		if err := restart(ctx); err != nil {
 			f.Target = "store (failed: " + err.Error() + ")"
+		}
+	case "pause":
+		f.Target = "server process"
+		if err := r.o.Pause(); err != nil {
+			f.Target = "server process (failed: " + err.Error() + ")"
+			break
+		}
+		pause(ctx, p.Dur)
+		if err := r.o.Resume(); err != nil {
+			f.Target = "server process (resume failed: " + err.Error() + ")"
 		}
 	}
 	f.End = r.hist.now()
