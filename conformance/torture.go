@@ -48,6 +48,11 @@ type TortureOptions struct {
 	// returning once it serves; the nemesis then also restarts the store
 	// (as it does through a harness that is a StoreRestarter).
 	Restart func(ctx context.Context) error
+	// RestartLosesLocks says Restart may lose held locks (a server
+	// restarted empty, one Redlock primary of five): an untold holder's
+	// overlap with a grant after it is then excused, as after an expire.
+	// Otherwise (a consensus store's leader restarted) it is not.
+	RestartLosesLocks bool
 	// Pause and Resume, where the caller owns the server, stop and
 	// continue its process (SIGSTOP, SIGCONT); the nemesis then also
 	// pauses the server.
@@ -77,6 +82,8 @@ type TortureMeta struct {
 	// MaxTTL is the longest TTL a worker asks for (an Extend to a longer
 	// TTL): how far past a store-side drop an untold holder may believe.
 	MaxTTL time.Duration `json:"max_ttl"`
+	// RestartLosesLocks: a restart fault may drop held locks.
+	RestartLosesLocks bool `json:"restart_loses_locks"`
 	// AllowedOverlap is how long two holders may both believe they hold a
 	// name: the declared BreakOverlap and its tolerance, or 0.
 	AllowedOverlap time.Duration `json:"allowed_overlap"`
@@ -142,6 +149,9 @@ func Torture(ctx context.Context, h Harness, o TortureOptions) (*TortureResult, 
 	r.hist.Meta = TortureMeta{
 		Backend: caps.Backend, Seed: o.Seed, Workers: o.Workers, Names: o.Names, Proxied: -1, Duration: o.Duration,
 		TTL: ttl, StoreTTL: storeTTL, MaxTTL: 2 * ttl, StoreSlack: eff + margin, LiveBound: r.liveBound(),
+	}
+	if _, ok := h.(StoreRestarter); ok || o.RestartLosesLocks {
+		r.hist.Meta.RestartLosesLocks = true
 	}
 	if b := caps.BreakOverlap; b > 0 {
 		r.hist.Meta.AllowedOverlap = b + promiseTol(b)

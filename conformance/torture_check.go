@@ -76,13 +76,13 @@ func opIndex(ops []Op) map[int64]Op {
 }
 
 // storeDropped reports whether the store dropped name's lock itself (an
-// expire of name or a restart) between from and to, and the holder of
+// expire of name, or a restart that may lose locks) between from and to, and the holder of
 // the lease granted at from, told or not, stopped believing by end: at
 // its next renewal or its ValidUntil, the longest TTL asked (MaxTTL) and
 // a tolerance after the drop at the latest.
 func storeDropped(m TortureMeta, faults []Fault, name string, from, to, end time.Duration) bool {
 	for _, f := range faults {
-		if (f.Kind == "restart" || (f.Kind == "expire" && f.Name == name)) && f.End >= from && f.Start <= to && end <= f.End+m.MaxTTL+promiseTol(m.MaxTTL) {
+		if ((f.Kind == "restart" && m.RestartLosesLocks) || (f.Kind == "expire" && f.Name == name)) && f.End >= from && f.Start <= to && end <= f.End+m.MaxTTL+promiseTol(m.MaxTTL) {
 			return true
 		}
 	}

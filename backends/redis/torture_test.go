@@ -17,6 +17,7 @@ func TestTortureByURL(t *testing.T) {
 	r := testserver.StartRedis(t)
 	o := conformance.TortureOptions{}
 	if r.Proc != nil {
+		o.RestartLosesLocks = true // no persistence: it restarts empty
 		o.Pause, o.Resume = r.Proc.Pause, r.Proc.Resume
 		o.Restart = func(ctx context.Context) error {
 			if err := r.Proc.Kill(); err != nil {

@@ -23,6 +23,7 @@ func TestTortureByURL(t *testing.T) {
 	var restarts, pauses atomic.Int32
 	var paused int
 	o := conformance.TortureOptions{
+		RestartLosesLocks: true, // a primary without persistence restarts empty
 		Restart: func(ctx context.Context) error {
 			return m.Restart(ctx, int(restarts.Add(1))%len(m.Nodes))
 		},
