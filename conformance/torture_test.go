@@ -2,8 +2,10 @@ package conformance_test
 
 import (
 	"context"
+	"encoding/xml"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -130,6 +132,14 @@ func TestTortureHistoryRoundTrip(t *testing.T) {
 	var svg strings.Builder
 	if err := h.WriteSVG(&svg, 0, 0, res.Violations); err != nil || !strings.Contains(svg.String(), "<rect") {
 		t.Errorf("timeline: %v, %d bytes without a holder bar", err, svg.Len())
+	}
+	for d := xml.NewDecoder(strings.NewReader(svg.String())); ; {
+		if _, err := d.Token(); err != nil {
+			if err != io.EOF {
+				t.Errorf("the timeline is not well-formed XML: %v", err)
+			}
+			break
+		}
 	}
 }
 
