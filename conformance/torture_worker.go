@@ -2,14 +2,10 @@ package conformance
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/guard"
 )
 
 // worker runs random operations on one Client, its choices drawn from
@@ -244,99 +240,4 @@ func (w *worker) regOp(ctx context.Context, kind, reg string, lease int64, f fen
 	op.Complete, op.Value, op.Result, op.Err = r.hist.now(), v, classify(err), errText(err)
 	r.hist.add(op)
 	return err == nil
-}
-
-// live is the liveness step: every worker takes the same fresh name,
-// holds it briefly and releases it; each must be granted within
-// LiveBound.
-func (w *worker) live(ctx context.Context) {
-	r := w.r
-	octx, cancel := context.WithTimeout(ctx, r.liveBound()+r.margin)
-	defer cancel()
-	op := &Op{Worker: w.k, Client: w.client, Kind: OpAcquire, Name: "live", Invoke: r.hist.now(), Phase: "liveness"}
-	l, err := w.c.Acquire(octx, "live", &fencelock.AcquireOptions{TTL: r.ttl, Wait: r.liveBound()})
-	op.Complete = r.hist.now()
-	if err != nil {
-		op.Result, op.Err = classify(err), errText(err)
-		r.hist.add(op)
-		return
-	}
-	r.granted(op, l)
-	pause(ctx, liveHold)
-	w.release(ctx, "live", op.ID, l)
-}
-
-// classify names an operation's outcome.
-func classify(err error) string {
-	switch {
-	case err == nil:
-		return "ok"
-	case errors.Is(err, fencelock.ErrNotAcquired):
-		return "refused"
-	case errors.Is(err, fencelock.ErrLeaseLost), errors.Is(err, fencelock.ErrReleased):
-		return "lost"
-	case errors.Is(err, guard.ErrStale):
-		return "stale"
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return "ctx"
-	}
-	return "error"
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
-// leaseTable is the leases held now, per name, for the sample taken at
-// each grant.
-type leaseTable struct {
-	mu     sync.Mutex
-	byName map[string]map[int64]*liveLease
-}
-
-type liveLease struct {
-	l         *fencelock.Lease
-	releasing atomic.Bool // its holder called Release: it no longer believes it holds
-}
-
-func (t *leaseTable) add(name string, id int64, l *fencelock.Lease) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	m := t.byName[name]
-	if m == nil {
-		m = map[int64]*liveLease{}
-		t.byName[name] = m
-	}
-	m[id] = &liveLease{l: l}
-}
-
-func (t *leaseTable) remove(name string, id int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.byName[name], id)
-}
-
-func (t *leaseTable) releasing(name string, id int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if ll := t.byName[name][id]; ll != nil {
-		ll.releasing.Store(true)
-	}
-}
-
-// held returns the leases on name whose holders believe they hold it now.
-func (t *leaseTable) held(name string) []int64 {
-	now := time.Now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var ids []int64
-	for id, ll := range t.byName[name] {
-		if !ll.releasing.Load() && ll.l.Err() == nil && now.Before(ll.l.ValidUntil()) {
-			ids = append(ids, id)
-		}
-	}
-	return ids
 }
