@@ -40,7 +40,8 @@ func RunTorture(t *testing.T, newHarness HarnessMaker, o TortureOptions, seeds .
 				t.Fatalf("%v\n%s", err, out.String())
 			}
 			var rep strings.Builder
-			res.WriteReport(&rep, fmt.Sprintf("go test -run '%s' (seed %d)", t.Name(), seed))
+			top, _, _ := strings.Cut(t.Name(), "/")
+			res.WriteReport(&rep, fmt.Sprintf("FENCELOCK_TORTURE_SEED=%d go test -race -run '^%s$' (in this package)", seed, top))
 			t.Logf("%s%s", out.String(), rep.String())
 			dir := os.Getenv("FENCELOCK_TORTURE_DIR")
 			if dir == "" && len(res.Violations) > 0 {
