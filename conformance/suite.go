@@ -30,6 +30,14 @@
 // for, with a goroutine dump. It has teeth: mutants_test.go runs it against
 // the mem:// driver with one deliberate defect at a time, and every
 // mutant must fail it.
+//
+// Torture goes beyond the staged scenarios: workers run random lock and
+// guarded-register operations while a nemesis applies a fault schedule
+// drawn from a seed, every operation is recorded, and CheckHistory judges
+// the history (porcupine for the registers' linearizability, plain Go for
+// the lease contract). RunTorture and CITorture run it from a test;
+// `fencelock torture --url` from the CLI. torture_test.go shows its
+// checker catching deliberately broken drivers.
 package conformance
 
 import (

@@ -143,8 +143,14 @@ func (h *hub) subscribed(ch string) bool {
 var closedPong = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // pingLocked queues a PING for w, whose reply closes w.pong: proof that
-// w's channel is subscribed on the current connection. Callers hold h.mu.
+// w's channel is subscribed on the current connection. A PING w sent
+// before is forgotten: its reply, if it still comes, proves nothing
+// about the new connection (and must not close the new pong twice).
+// Callers hold h.mu.
 func (h *hub) pingLocked(w *waiter) {
+	if w.ping != "" {
+		delete(h.pings, w.ping)
+	}
 	w.epoch = h.epoch
 	w.pong = make(chan struct{})
 	h.seq++

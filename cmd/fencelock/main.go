@@ -6,6 +6,7 @@
 //	fencelock lostupdates [--url URL]   lost updates by stall rate × fencing mode
 //	fencelock bench       [--url URL]   acquire+release, hand-off and contention numbers
 //	fencelock compare     [--url URL]…  all stores side by side → docs/comparison.md
+//	fencelock torture     [--url URL]   random operations under random faults, the history checked
 //
 // Without --url each command starts an embedded default store and says
 // where it runs.
@@ -32,6 +33,7 @@ commands:
   lostupdates  the lost-update table: stall rate × {no fencing, write-only, claim-first}
   bench        acquire+release latency, hand-off latency, contended throughput
   compare      all of the above across backends → docs/comparison.md
+  torture      random operations while faults are injected; a checker judges the history
 
 Every command takes --url URL (e.g. mem://, redis://127.0.0.1:6379/0,
 etcd://127.0.0.1:2379/locks, postgres://user@127.0.0.1:5432/db); without it an
@@ -62,6 +64,8 @@ func main() {
 		err = runBench(ctx, args)
 	case "compare":
 		err = runCompare(ctx, args)
+	case "torture":
+		err = runTorture(ctx, args)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

@@ -26,7 +26,7 @@ func TestFlagConventions(t *testing.T) {
 	defer func() { os.Stderr = stderr }()
 	ctx := context.Background()
 	cmds := map[string]func(context.Context, []string) error{
-		"demo": runDemo, "conformance": runConformance, "lostupdates": runLostUpdates, "bench": runBench, "compare": runCompare,
+		"demo": runDemo, "conformance": runConformance, "lostupdates": runLostUpdates, "bench": runBench, "compare": runCompare, "torture": runTorture,
 	}
 	for name, run := range cmds {
 		if err := run(ctx, []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
@@ -36,6 +36,11 @@ func TestFlagConventions(t *testing.T) {
 	var ue usageError
 	if err := runConformance(ctx, []string{"--url", "mem://x", "--run", "NoSuchCheck"}); !errors.As(err, &ue) {
 		t.Errorf("conformance --run NoSuchCheck: got %v, want a usage error", err)
+	}
+	for _, args := range [][]string{{"--duration", "0s"}, {"--clients", "-1"}, {"extra"}, {"--seed", "x"}} {
+		if err := runTorture(ctx, append([]string{"--url", "mem://x"}, args...)); !errors.As(err, &ue) {
+			t.Errorf("torture %v: got %v, want a usage error", args, err)
+		}
 	}
 	for _, args := range [][]string{{"--profile", "study", "--stall", "0.05"}, {"--profile", "overlap", "--ttl", "1s"}} {
 		if err := runLostUpdates(ctx, append([]string{"--url", "mem://x"}, args...)); !errors.As(err, &ue) {
