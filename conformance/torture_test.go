@@ -262,7 +262,9 @@ func (l *tortureLease) Extend(ctx context.Context, ttl time.Duration) error {
 
 type notifying struct{ *tortureLease }
 
-func (l *notifying) Lost() <-chan struct{} { return l.Lease.(driver.LossNotifier).Lost() }
+func (l *notifying) OnLost(f func()) (stop func() bool) {
+	return l.Lease.(driver.LossNotifier).OnLost(f)
+}
 
 // ghostLease is a second grant of a held lock: it holds nothing.
 type ghostLease struct{ fence uint64 }
