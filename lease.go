@@ -59,10 +59,11 @@ type Lease struct {
 	renewTimer  *time.Timer
 	expiryTimer *time.Timer
 	unhook      func() bool // unregisters the driver's LossHook callback
+	label       string
 }
 
 func newLease(ctx context.Context, c *Client, name string, o resolved, dl driver.Lease, sent time.Time) *Lease {
-	l := &Lease{c: c, name: name, dl: dl, fence: Fence(dl.Fence()), autoRenew: o.autoRenew, ttl: o.ttl, sent: sent, op: make(chan struct{}, 1), endDone: make(chan struct{})}
+	l := &Lease{c: c, name: name, dl: dl, fence: Fence(dl.Fence()), autoRenew: o.autoRenew, ttl: o.ttl, sent: sent, op: make(chan struct{}, 1), endDone: make(chan struct{}), label: o.label}
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	l.validUntil = sent.Add(o.ttl - c.drift(o.ttl))
 	if o.maxHold > 0 {

@@ -91,7 +91,16 @@ type AcquireOptions struct {
 	// the lease ends with ErrLeaseLost (a hung worker must not hold forever).
 	// Default: 0, no cap.
 	MaxHold time.Duration
+	// Label describes the holder: stored with the lock by backends that
+	// keep labels (Capabilities.Inspect.Label; each backend's package doc
+	// says where) and reported by Client.Inspect; package election
+	// publishes a leader's value in it. At most MaxLabelLen bytes of
+	// valid UTF-8. Default: DefaultLabel() ("host/pid").
+	Label string
 }
+
+// MaxLabelLen is the longest AcquireOptions.Label, in bytes.
+const MaxLabelLen = driver.MaxLabelLen
 
 // Bool returns a pointer to b, for AcquireOptions.AutoRenew.
 func Bool(b bool) *bool { return &b }
@@ -275,7 +284,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts *AcquireOptions)
 
 func (c *Client) acquireLoop(ctx context.Context, name string, o resolved) (*Lease, error) {
 	if bl, ok := c.b.(driver.Blocker); ok {
-		req := driver.AcquireRequest{Name: o.key, Token: newToken(), TTL: o.ttl}
+		req := driver.AcquireRequest{Name: o.key, Token: newToken(), TTL: o.ttl, Label: o.label}
 		c.m.add(c.m.attempts)
 		dl, sent, err := bl.Acquire(ctx, req)
 		if err != nil {
@@ -314,7 +323,7 @@ func (c *Client) acquireLoop(ctx context.Context, name string, o resolved) (*Lea
 
 // tryOnce makes one driver attempt and wraps a grant in a Lease.
 func (c *Client) tryOnce(ctx context.Context, name string, o resolved) (*Lease, error) {
-	req := driver.AcquireRequest{Name: o.key, Token: newToken(), TTL: o.ttl}
+	req := driver.AcquireRequest{Name: o.key, Token: newToken(), TTL: o.ttl, Label: o.label}
 	sent := time.Now()
 	c.m.add(c.m.attempts)
 	var dl driver.Lease
@@ -445,6 +454,7 @@ type resolved struct {
 	wait      time.Duration
 	autoRenew bool
 	maxHold   time.Duration
+	label     string
 }
 
 func (c *Client) resolve(name string, opts *AcquireOptions) (resolved, error) {
@@ -476,6 +486,13 @@ func (c *Client) resolve(name string, opts *AcquireOptions) (resolved, error) {
 	}
 	if o.AutoRenew != nil {
 		r.autoRenew = *o.AutoRenew
+	}
+	r.label = o.Label
+	if r.label == "" {
+		r.label = DefaultLabel()
+	}
+	if err := ValidateLabel(r.label); err != nil {
+		return r, err
 	}
 	return r, nil
 }

@@ -29,7 +29,16 @@ type AcquireRequest struct {
 	// TTL is how long the store keeps the lock without a renewal. It is at
 	// least Capabilities().MinTTL.
 	TTL time.Duration
+	// Label describes the holder for humans and for Inspect (by default,
+	// the host and process). A store that keeps labels
+	// (Capabilities.Inspect.Label) stores it with the lock where the
+	// store's native clients still read the lock as theirs, or beside it.
+	// At most MaxLabelLen bytes of valid UTF-8.
+	Label string
 }
+
+// MaxLabelLen is the longest label, in bytes, the portable layer accepts.
+const MaxLabelLen = 256
 
 // MaxNameLen is the longest lock name, in bytes, the portable layer accepts.
 const MaxNameLen = 1024

@@ -45,6 +45,10 @@ var Capabilities = driver.Capabilities{
 	LossSignal:  10 * time.Millisecond,
 	ReleaseWake: 10 * time.Millisecond,
 	ExpiryWake:  10 * time.Millisecond,
+	Inspect: driver.InspectCaps{
+		Supported: true, Label: true, Fence: true, Remaining: true, Relabel: true,
+		LabelWhere: "the Store's entry for the lock",
+	},
 }
 
 // New returns a Client on store s (a new empty Store if s is nil).
@@ -82,17 +86,28 @@ var (
 
 	_ driver.LossNotifier = (*lease)(nil)
 	_ driver.LossHook     = (*lease)(nil)
+	_ driver.Relabeler    = (*lease)(nil)
+	_ driver.Inspector    = (*backend)(nil)
 )
 
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	fence, lost, err := b.s.tryAcquire(b.session, req.Name, req.Token, req.TTL)
+	fence, lost, err := b.s.tryAcquire(b.session, req.Name, req.Token, req.Label, req.TTL)
 	if err != nil {
 		return nil, err
 	}
 	return &lease{s: b.s, name: req.Name, token: req.Token, fence: fence, lost: lost}, nil
+}
+
+// Inspect implements driver.Inspector.
+func (b *backend) Inspect(ctx context.Context, name string) (driver.LockInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.LockInfo{}, err
+	}
+	i := b.s.Inspect(name)
+	return driver.LockInfo{Held: i.Held, Label: i.Label, Fence: i.Fence, Remaining: i.Remaining, Waiters: -1}, nil
 }
 
 func (b *backend) Wait(ctx context.Context, name string) error { return b.s.Wait(ctx, name) }
@@ -135,6 +150,14 @@ func (l *lease) Release(ctx context.Context) error {
 		return err
 	}
 	return l.s.Release(l.name, l.token)
+}
+
+// SetLabel implements driver.Relabeler.
+func (l *lease) SetLabel(ctx context.Context, label string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return l.s.SetLabel(l.name, l.token, label)
 }
 
 func (l *lease) Lost() <-chan struct{} { return l.lost.Done() }

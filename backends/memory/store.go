@@ -23,6 +23,7 @@ type Store struct {
 type entry struct {
 	session Session
 	token   string
+	label   string
 	fence   uint64
 	expires time.Time
 	timer   *time.Timer
@@ -41,7 +42,13 @@ func NewStore() *Store {
 // TryAcquire takes name for token if it is free. It returns the new fence
 // and a channel closed if the store later drops the lock (expiry, Expire).
 func (s *Store) TryAcquire(name, token string, ttl time.Duration) (uint64, <-chan struct{}, error) {
-	f, lost, err := s.tryAcquire(0, name, token, ttl)
+	return s.TryAcquireLabel(name, token, "", ttl)
+}
+
+// TryAcquireLabel is TryAcquire that stores label with the lock (see
+// Inspect).
+func (s *Store) TryAcquireLabel(name, token, label string, ttl time.Duration) (uint64, <-chan struct{}, error) {
+	f, lost, err := s.tryAcquire(0, name, token, label, ttl)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -69,14 +76,14 @@ func (s *Store) KillSession(session Session) int {
 	return n
 }
 
-func (s *Store) tryAcquire(session Session, name, token string, ttl time.Duration) (uint64, context.Context, error) {
+func (s *Store) tryAcquire(session Session, name, token, label string, ttl time.Duration) (uint64, context.Context, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.locks[name]; e != nil {
 		return 0, nil, driver.ErrNotAcquired
 	}
 	s.fences[name]++
-	e := &entry{session: session, token: token, fence: s.fences[name], expires: time.Now().Add(ttl)}
+	e := &entry{session: session, token: token, label: label, fence: s.fences[name], expires: time.Now().Add(ttl)}
 	e.lost, e.lose = context.WithCancel(context.Background())
 	e.timer = time.AfterFunc(ttl, func() { s.expireIfDue(name, e) })
 	s.locks[name] = e
@@ -131,6 +138,37 @@ func (s *Store) Holder(name string) (token string, fence uint64, held bool) {
 		return e.token, e.fence, true
 	}
 	return "", 0, false
+}
+
+// Info is a lock's state in a Store (see Inspect).
+type Info struct {
+	Held      bool
+	Label     string
+	Fence     uint64
+	Remaining time.Duration
+}
+
+// Inspect reports name's holder: its label, fence and remaining TTL.
+func (s *Store) Inspect(name string) Info {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.locks[name]
+	if e == nil {
+		return Info{}
+	}
+	return Info{Held: true, Label: e.label, Fence: e.fence, Remaining: max(time.Until(e.expires), time.Nanosecond)}
+}
+
+// SetLabel changes the label stored with name if token still holds it.
+func (s *Store) SetLabel(name, token, label string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.locks[name]
+	if e == nil || e.token != token {
+		return fmt.Errorf("%w: %q is not held under this lease's token", driver.ErrLeaseLost, name)
+	}
+	e.label = label
+	return nil
 }
 
 // Wait returns nil as soon as name is free (at once if it is), or ctx's
