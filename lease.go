@@ -442,6 +442,30 @@ func (l *Lease) closeWithClient(ctx context.Context) {
 	}
 }
 
+// Abandon ends the lease without releasing it, as a crashed holder
+// would: no renewal is sent from now on, Err becomes ErrLeaseLost, and
+// the store keeps the lock until its TTL runs out (Lease.StoreTTL after
+// the last renewal), then frees it for others. Release afterwards
+// returns ErrLeaseLost and touches nothing. Use it to step down without
+// handing over at once (package election's Run without ReleaseOnCancel).
+func (l *Lease) Abandon() {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	l.stopRenew = true
+	if l.renewTimer != nil {
+		l.renewTimer.Stop()
+	}
+	if l.renewCancel != nil {
+		l.renewCancel()
+	}
+	l.storeGone = true
+	l.mu.Unlock()
+	l.end(l.lostErr("abandoned by its holder; the store frees it at its TTL"))
+}
+
 // takeStoreSide marks the store side as being freed and reports whether
 // it still needed freeing (not already released or known lost).
 func (l *Lease) takeStoreSide() bool {
