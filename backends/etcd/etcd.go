@@ -232,6 +232,14 @@ var Capabilities = driver.Capabilities{
 	// expired leases every 500 ms, through raft; the revoke deletes the
 	// key and the waiter's watch delivers it.
 	ExpiryWake: 750 * time.Millisecond,
+	// Inspect reads the lock prefix: the first-created key holds (its
+	// value is the label, its CreateRevision the fence), the others
+	// wait; the remaining TTL is the holder's etcd lease's TimeToLive,
+	// in whole seconds.
+	Inspect: driver.InspectCaps{
+		Supported: true, Label: true, Fence: true, Remaining: true, Waiters: true, Relabel: true,
+		LabelWhere: "the value of the holder's lock key (empty for concurrency.Mutex and etcdctl lock, which ignore values)",
+	},
 }
 
 // DefaultRequestTimeout bounds each etcd request when Config.RequestTimeout
@@ -418,6 +426,7 @@ func (b *backend) begin() error {
 type contender struct {
 	pfx     string // lock prefix, without the trailing "/"
 	key     string
+	label   string // the key's value (AcquireRequest.Label)
 	cls     *class // the TTL class whose lease the key is attached to
 	ttl     int64  // seconds, requested
 	granted int64  // seconds, as the server granted (≥ ttl)
@@ -491,8 +500,8 @@ func (b *backend) freeName(key string) {
 // keepalive sent alongside the Txn (shared with other callers); a
 // blocking Acquire reports c.sent itself and only refreshes a class whose
 // last refresh is older than TTL/6. On error nothing is left in the store.
-func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration, try, timed bool) (*contender, error) {
-	c := &contender{pfx: b.keyPrefix + escape(name), ttl: ttlSeconds(ttl)}
+func (b *backend) enqueue(ctx context.Context, name, label string, ttl time.Duration, try, timed bool) (*contender, error) {
+	c := &contender{pfx: b.keyPrefix + escape(name), label: label, ttl: ttlSeconds(ttl)}
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		retry := attempt < 2
@@ -549,12 +558,12 @@ func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration, t
 // Put instead.
 func (b *backend) createKey(ctx context.Context, c *contender, withPred bool) error {
 	first := clientv3.OpGet(c.pfx+"/", append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
-	then := []clientv3.Op{clientv3.OpPut(c.key, "", clientv3.WithLease(c.cls.id)), first}
+	then := []clientv3.Op{clientv3.OpPut(c.key, c.label, clientv3.WithLease(c.cls.id)), first}
 	if withPred {
 		// Before the Put, the keys under the prefix are the ones ahead of
 		// ours, the last-created just ahead.
 		last := clientv3.OpGet(c.pfx+"/", append(clientv3.WithLastCreate(), clientv3.WithLimit(aheadMax), clientv3.WithKeysOnly())...)
-		then = []clientv3.Op{last, clientv3.OpPut(c.key, "", clientv3.WithLease(c.cls.id))}
+		then = []clientv3.Op{last, clientv3.OpPut(c.key, c.label, clientv3.WithLease(c.cls.id))}
 	}
 	// The Txn is idempotent (a retry finds our key and reads it), so it is
 	// retried when a member fails under it, within the request timeout.
@@ -715,7 +724,7 @@ func (b *backend) tryAcquire(ctx context.Context, req driver.AcquireRequest, tim
 		return nil, time.Time{}, err
 	}
 	defer b.ops.Done()
-	c, err := b.enqueue(ctx, req.Name, req.TTL, true, timed)
+	c, err := b.enqueue(ctx, req.Name, req.Label, req.TTL, true, timed)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -745,7 +754,7 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	stop := context.AfterFunc(b.ctx, cancel) // Close ends waits
 	defer stop()
 	for {
-		c, err := b.enqueue(ctx, req.Name, req.TTL, false, false)
+		c, err := b.enqueue(ctx, req.Name, req.Label, req.TTL, false, false)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
