@@ -17,7 +17,7 @@ var (
 // Inspect implements driver.Inspector with one linearizable read of the
 // lock prefix (the first-created key, which holds the lock, and the
 // number of keys, whose others are queued waiters) and, if held, the
-// holder's etcd lease's TimeToLive. The label is the holder key's value:
+// holder's etcd lease's TimeToLive, rounded up to whole seconds. The label is the holder key's value:
 // "" for a concurrency.Mutex or `etcdctl lock` holder, which write none.
 func (b *backend) Inspect(ctx context.Context, name string) (driver.LockInfo, error) {
 	pfx := b.keyPrefix + escape(name) + "/"
@@ -42,8 +42,10 @@ func (b *backend) Inspect(ctx context.Context, name string) (driver.LockInfo, er
 		if err != nil {
 			return driver.LockInfo{}, b.fail(ctx, "inspect lock lease", err)
 		}
-		if ttl.TTL > 0 {
-			info.Remaining = time.Duration(ttl.TTL) * time.Second
+		// etcd truncates the remaining TTL to whole seconds: the lease
+		// has up to a second more, and never more than it was granted.
+		if ttl.TTL >= 0 {
+			info.Remaining = time.Duration(min(ttl.TTL+1, max(ttl.GrantedTTL, 1))) * time.Second
 		}
 	}
 	return info, nil
