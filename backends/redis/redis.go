@@ -27,11 +27,17 @@ var (
 	abandonLua string
 	//go:embed grant.lua
 	grantLua string // the fence and waiter-queue functions the others share
+	//go:embed label.lua
+	labelLua string
+	//go:embed inspect.lua
+	inspectLua string
 
 	acquireScript = goredis.NewScript(withGrant(acquireLua))
 	releaseScript = goredis.NewScript(withGrant(releaseLua))
 	extendScript  = goredis.NewScript(extendLua)
 	abandonScript = goredis.NewScript(withGrant(abandonLua))
+	labelScript   = goredis.NewScript(labelLua)
+	inspectScript = goredis.NewScript(inspectLua)
 )
 
 // withGrant puts grant.lua where script marks it, after its common path:
@@ -80,6 +86,13 @@ var capabilities = driver.Capabilities{
 	// 1 ms on loopback); the bounds leave room for a busy machine.
 	ReleaseWake: 100 * time.Millisecond,
 	ExpiryWake:  100 * time.Millisecond,
+	// The lock key keeps the bare token (redis-py, redsync); the label and
+	// fence live beside it in <base>:label:<token>, expiring with the lock.
+	// The waiter line may hold stale entries: no waiter count.
+	Inspect: driver.InspectCaps{
+		Supported: true, Label: true, Fence: true, Remaining: true, Relabel: true,
+		LabelWhere: "key {<lock key>}:label:<token> (\"<fence> <label>\"), beside the lock key, which keeps the bare token; a redis-py/redsync holder reads as held with no label",
+	},
 }
 
 // New returns a Client that keeps its locks in Redis through client: a
@@ -133,7 +146,14 @@ func (b *backend) Capabilities() driver.Capabilities { return capabilities }
 // error thus leaves nothing held; if abandoning fails too, the error also
 // wraps ErrIndeterminate.
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
-	return b.attempt(ctx, keysFor(req.Name), req, 0, "")
+	l, err := b.attempt(ctx, keysFor(req.Name), req, 0, "")
+	if err != nil {
+		return nil, err
+	}
+	if err := b.labelGrant(ctx, l.(*lease), req); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // attempt runs the acquire script once (see TryAcquire); with live > 0 a
@@ -284,7 +304,7 @@ func (l *lease) Fence() uint64 { return l.fence }
 // Extend resets the key's expiry to ttl, only while it holds our token.
 func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 	sent := time.Now()
-	n, err := extendScript.Run(ctx, l.b.client, []string{l.k.lock}, l.token, millis(ttl)).Int64()
+	n, err := extendScript.Run(ctx, l.b.client, []string{l.k.lock, l.k.label(l.token)}, l.token, millis(ttl)).Int64()
 	if err != nil {
 		return l.b.fail(ctx, "extend", err)
 	}
