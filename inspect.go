@@ -105,6 +105,45 @@ func ValidateLabel(s string) error {
 	return nil
 }
 
+// defaultLabel is DefaultLabel, cut to the backend's MaxLabel.
+func (c *Client) defaultLabel() string {
+	l := DefaultLabel()
+	if m := c.caps.Inspect.MaxLabel; m > 0 && len(l) > m {
+		l = l[len(l)-m:] // keep the pid
+		for !utf8.ValidString(l) {
+			l = l[1:]
+		}
+	}
+	if c.caps.Inspect.LabelASCII {
+		b := []byte(l)
+		for i, ch := range b {
+			if ch < 0x20 || ch > 0x7e {
+				b[i] = '?'
+			}
+		}
+		l = string(b)
+	}
+	return l
+}
+
+// checkLabel is ValidateLabel plus the backend's MaxLabel.
+func (c *Client) checkLabel(s string) error {
+	if err := ValidateLabel(s); err != nil {
+		return err
+	}
+	if m := c.caps.Inspect.MaxLabel; m > 0 && len(s) > m {
+		return fmt.Errorf("%w: label is %d bytes, over the %s backend's %d-byte limit (Capabilities.Inspect.MaxLabel)", ErrInvalid, len(s), c.caps.Backend, m)
+	}
+	if c.caps.Inspect.LabelASCII {
+		for i := 0; i < len(s); i++ {
+			if s[i] < 0x20 || s[i] > 0x7e {
+				return fmt.Errorf("%w: the %s backend keeps only printable ASCII in labels (Capabilities.Inspect.LabelASCII)", ErrInvalid, c.caps.Backend)
+			}
+		}
+	}
+	return nil
+}
+
 // Label returns the lease's label: the one it was acquired with, or the
 // last one SetLabel stored.
 func (l *Lease) Label() string {
@@ -123,11 +162,11 @@ func (l *Lease) SetLabel(ctx context.Context, label string) error {
 	if ctx == nil {
 		return l.wrap(op, fmt.Errorf("%w: nil context", ErrInvalid))
 	}
-	if err := ValidateLabel(label); err != nil {
-		return l.wrap(op, err)
-	}
 	if label == "" {
-		label = DefaultLabel()
+		label = l.c.defaultLabel()
+	}
+	if err := l.c.checkLabel(label); err != nil {
+		return l.wrap(op, err)
 	}
 	rl, ok := l.dl.(driver.Relabeler)
 	if !ok || !l.c.caps.Inspect.Relabel {

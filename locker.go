@@ -489,9 +489,9 @@ func (c *Client) resolve(name string, opts *AcquireOptions) (resolved, error) {
 	}
 	r.label = o.Label
 	if r.label == "" {
-		r.label = DefaultLabel()
+		r.label = c.defaultLabel()
 	}
-	if err := ValidateLabel(r.label); err != nil {
+	if err := c.checkLabel(r.label); err != nil {
 		return r, err
 	}
 	return r, nil

@@ -58,6 +58,14 @@ type InspectCaps struct {
 	// Relabel: a held lease's label can be changed in place (its Lease
 	// implements Relabeler).
 	Relabel bool
+	// MaxLabel, if not 0, is the longest label in bytes the store keeps
+	// (below MaxLabelLen); the portable layer refuses longer labels with
+	// ErrInvalid and cuts the default label to it.
+	MaxLabel int
+	// LabelASCII: the store keeps only printable ASCII in a label (it
+	// replaces other bytes); the portable layer refuses other labels with
+	// ErrInvalid.
+	LabelASCII bool
 	// LabelWhere says where the label lives in the store, for humans
 	// ("the lock entry", "a sibling key NAME:label", ...).
 	LabelWhere string

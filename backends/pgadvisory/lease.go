@@ -222,9 +222,11 @@ func (l *lease) Release(ctx context.Context) error {
 	if stale {
 		end = "ROLLBACK"
 	}
-	rs, err := pg.Exec(ctx, end).ReadAll()
+	// The label was set for the session (see labelSQL): the pool's
+	// connection gets its own application_name back.
+	rs, err := pg.Exec(ctx, end+"; RESET application_name").ReadAll()
 	if err == nil {
-		err = resultErr(rs, 1, 0)
+		err = resultErr(rs, 2, 0)
 	}
 	tag := ""
 	if len(rs) > 0 {

@@ -397,6 +397,12 @@ func newBackend(pool *pgxpool.Pool, owns bool, cfg *Config) *backend {
 		// A broken connection ends the server session, which frees the
 		// lock at once; the holder sees it at the watcher's next sweep.
 		BreakOverlap: lossSignal,
+		// pg_locks and pg_stat_activity: held, queued sessions, and the
+		// holder session's application_name; no fence, no remaining TTL.
+		Inspect: driver.InspectCaps{
+			Supported: true, Label: true, Waiters: true, Relabel: true, MaxLabel: maxLabel, LabelASCII: true,
+			LabelWhere: "the holder session's application_name (SET LOCAL in the lease's transaction), shown in pg_stat_activity; at most 63 bytes",
+		},
 	}
 	if cfg != nil && cfg.NoFenceFlush {
 		b.caps.Fence = driver.FenceBestEffort
@@ -562,7 +568,7 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	var rs []*pgconn.Result
 	var fv []byte
 	if b.strict {
-		rs, err = execDetached(ctx, pc.Conn().PgConn(), tryStrictSQL(key, ms))
+		rs, err = execLabelled(ctx, pc.Conn().PgConn(), req.Label, tryStrictSQL(key, ms))
 		if err == nil {
 			err = resultErr(rs, 5, 2)
 		}
@@ -575,7 +581,7 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	} else {
 		sql := "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '" + strconv.FormatInt(ms, 10) +
 			"', true), CASE WHEN pg_try_advisory_xact_lock(" + strconv.FormatInt(key, 10) + ") THEN pg_current_xact_id()::text END"
-		rs, err = execDetached(ctx, pc.Conn().PgConn(), sql)
+		rs, err = execLabelled(ctx, pc.Conn().PgConn(), req.Label, sql)
 		if err == nil {
 			err = resultErr(rs, 2, 2)
 		}
@@ -703,7 +709,7 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 		b.mu.Unlock()
 	}()
 	pg := pc.Conn().PgConn()
-	sql := waitSQL(key, ms, b.strict, serverMajor(pg.ParameterStatus("server_version")) >= 14)
+	sql := labelSQL(req.Label) + waitSQL(key, ms, b.strict, serverMajor(pg.ParameterStatus("server_version")) >= 14)
 
 	// The wait runs detached from ctx: when ctx ends we ask the server to
 	// cancel it (the connection survives), and only if that does not end it
@@ -737,6 +743,7 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 	})
 	sent := time.Now()
 	rs, err := pg.Exec(execCtx, sql).ReadAll()
+	rs = dropLabelResult(req.Label, rs)
 	cancelExec() // the wait is over: release the AfterFunc, if it runs
 	if !stop() {
 		<-cancelled
