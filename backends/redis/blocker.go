@@ -40,17 +40,6 @@ const recheck = time.Second
 // nothing held; an attempt whose outcome is unknown ends the call with
 // TryAcquire's error (after TryAcquire's own cleanup).
 func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
-	l, sent, err := b.acquire(ctx, req)
-	if err != nil {
-		return nil, sent, err
-	}
-	if err := b.labelGrant(ctx, l.(*lease), req); err != nil {
-		return nil, sent, err
-	}
-	return l, sent, nil
-}
-
-func (b *backend) acquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
 	k := keysFor(req.Name)
 	if !b.hub.subscribed(k.channel) && !b.lane.hot(k.channel) {
 		// Not waited on lately: most likely free. If it is held, the

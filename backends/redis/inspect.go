@@ -15,19 +15,6 @@ var (
 	_ driver.Relabeler = (*lease)(nil)
 )
 
-// labelGrant stores a new lease's label (label.lua); if it cannot, it
-// releases the lease and returns the error, so that nothing is left held.
-func (b *backend) labelGrant(ctx context.Context, l *lease, req driver.AcquireRequest) error {
-	err := l.SetLabel(ctx, req.Label)
-	if err == nil {
-		return nil
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
-	defer cancel()
-	_ = l.Release(rctx)
-	return err
-}
-
 // SetLabel implements driver.Relabeler: it rewrites the key beside the
 // lock key that holds the lease's fence and label, while the lock holds
 // our token.

@@ -146,14 +146,7 @@ func (b *backend) Capabilities() driver.Capabilities { return capabilities }
 // error thus leaves nothing held; if abandoning fails too, the error also
 // wraps ErrIndeterminate.
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
-	l, err := b.attempt(ctx, keysFor(req.Name), req, 0, "")
-	if err != nil {
-		return nil, err
-	}
-	if err := b.labelGrant(ctx, l.(*lease), req); err != nil {
-		return nil, err
-	}
-	return l, nil
+	return b.attempt(ctx, keysFor(req.Name), req, 0, "")
 }
 
 // attempt runs the acquire script once (see TryAcquire); with live > 0 a
@@ -163,7 +156,7 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 func (b *backend) attempt(ctx context.Context, k keys, req driver.AcquireRequest, live time.Duration, cid string) (driver.Lease, error) {
 	sent := time.Now()
 	res, err := acquireScript.Run(ctx, b.client, []string{k.lock, k.fence, k.queue},
-		req.Token, millis(req.TTL), millis(live), k.base, cid).Int64Slice()
+		req.Token, millis(req.TTL), millis(live), k.base, cid, req.Label).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("acquire script returned %v, want {fence, pttl}", res)
 	}
