@@ -26,8 +26,16 @@ func runDemoElection(ctx context.Context, args []string) error {
 	var sf storeFlags
 	sf.register(fs)
 	ttl := fs.Duration("ttl", 500*time.Millisecond, "term (lease) TTL (raised to the store's minimum)")
+	all := fs.Bool("all", false, "time the failover after a leader is killed on every backend, each on a stock server started as compare starts it (a table)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *all {
+		if sf.url != "" {
+			fmt.Fprintln(os.Stderr, "fencelock demo election: --all starts its own servers: drop --url")
+			return usageError{fmt.Errorf("--all with --url")}
+		}
+		return failoverTable(ctx, *ttl)
 	}
 	url, cleanup, err := sf.open(ctx)
 	if err != nil {
@@ -220,4 +228,56 @@ func (d *electionDemo) killed(ctx context.Context, url, prefix string) (time.Dur
 	case err := <-cerr:
 		return 0, err
 	}
+}
+
+// failoverTable times, on every backend's stock server, how long after a
+// leader process is killed (SIGKILL) a waiting candidate is elected.
+func failoverTable(ctx context.Context, ttl time.Duration) error {
+	dir, err := os.MkdirTemp("", "fencelock-failover-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	type row struct {
+		backend, server string
+		ttl, took       time.Duration
+		err             error
+	}
+	var rows []row
+	for _, b := range compareBackends {
+		url, server, stop, err := b.start(ctx, dir)
+		if err != nil {
+			rows = append(rows, row{backend: b.label, err: err})
+			continue
+		}
+		r := row{backend: b.label, server: server}
+		func() {
+			defer stop()
+			cs, prefix, closeAll, err := openPrefixedClients(ctx, url, "failover", 4)
+			if err != nil {
+				r.err = err
+				return
+			}
+			defer closeAll()
+			d := electionDemo{cs: cs, ttl: demoTTL(cs[0], ttl), out: io.Discard}
+			r.ttl = d.ttl
+			r.took, r.err = d.killed(ctx, url, prefix)
+		}()
+		rows = append(rows, r)
+		if r.err == nil {
+			fmt.Fprintf(os.Stderr, "%s: new leader %v after the kill (TTL %v)\n", r.backend, r.took.Round(time.Millisecond), r.ttl)
+		} else {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", r.backend, r.err)
+		}
+	}
+	fmt.Println("| backend | term TTL | leader killed → new leader | server |")
+	fmt.Println("|---|---|---|---|")
+	for _, r := range rows {
+		if r.err != nil {
+			fmt.Printf("| %s | | failed: %v | %s |\n", r.backend, r.err, r.server)
+			continue
+		}
+		fmt.Printf("| %s | %v | %v | %s |\n", r.backend, r.ttl, r.took.Round(time.Millisecond), r.server)
+	}
+	return nil
 }
