@@ -187,6 +187,19 @@
 // Client.As supports **clientv3.Client. Clients made by New share the
 // caller's etcd client; clients opened by URL own theirs. Lease.As supports
 // *Guard (see Guard; GuardOf is a helper over it) and *clientv3.LeaseID.
+//
+// # Labels and Inspect
+//
+// The label is the value of our lock key (concurrency.Mutex and `etcdctl
+// lock` write an empty value and never read it, so they still exclude us
+// and we them), which is where etcd's own concurrency.Election keeps a
+// leader's value: an Election on the same lock prefix reports our leader's
+// label (TestElectionInterop). SetLabel rewrites the value in place while
+// the key's CreateRevision is ours, keeping its lease (as
+// Election.Proclaim). Inspect is one read of the lock prefix (the
+// first-created key holds: its value, its CreateRevision as the fence; the
+// other keys are queued waiters) and the holder's etcd lease's TimeToLive
+// (whole seconds, rounded up).
 package etcd
 
 import (

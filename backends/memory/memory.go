@@ -18,6 +18,13 @@
 // Locks expire on the monotonic clock of the process holding the Store; an
 // expiry or Store.Expire reports loss to the holder's lease at once
 // (LossNotifier) and wakes waiters (Waiter), as a release does.
+//
+// # Labels and Inspect
+//
+// The label is kept in the Store's entry for the lock; Inspect reports the
+// holder's label, fence and remaining TTL (no waiter count: waiters poll),
+// and Lease.SetLabel changes it in place. memrpc:// does the same over its
+// RPC.
 package memory
 
 import (

@@ -268,6 +268,21 @@
 // connection. The backend does not require a table today (it works for any
 // role that can connect, behind PgBouncer), so it declares the overlap
 // instead.
+//
+// # Labels and Inspect
+//
+// The label is the holder session's application_name, which pg_stat_activity
+// shows to anyone (the way a Python blake2b or psql user would label theirs):
+// the grant's own query starts by setting it, so the lock is never held, nor
+// waited for, under another name, and Release resets it (RESET
+// application_name) with its COMMIT. PostgreSQL keeps at most 63 bytes of
+// printable ASCII there, so the backend declares MaxLabel 63 and
+// LabelASCII and the portable layer refuses other labels. Inspect is one
+// query on pg_locks (granted, and sessions queued in the server's lock
+// queue) joined with pg_stat_activity; the server exposes neither the
+// holder's fence nor its idle timeout to other sessions, and Inspect does
+// not report them. Sessions polling because Config.MaxWaitConns are in use
+// are not queued and not counted.
 package pgadvisory
 
 import (
