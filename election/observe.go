@@ -11,7 +11,9 @@ import (
 type Leader struct {
 	// Value is the leader's published value.
 	Value string
-	// Term is the leader's term number (its lease's fence).
+	// Term is the leader's term number (its lease's fence), or 0 where the
+	// backend cannot report fences (Capabilities.Inspect.Fence: ZooKeeper,
+	// PostgreSQL, Redlock); the leader itself always knows its Term.Fence.
 	Term fencelock.Fence
 	// Since is when this Election first saw this term (a local time: the
 	// store does not record when a lock was granted).
@@ -25,7 +27,10 @@ type Leader struct {
 // its value, in order, until ctx ends; then it closes the channel. It
 // polls the store every Options.PollInterval. A reader that is slow gets
 // the latest leader, the changes it missed coalesced; a reader that reads
-// promptly sees every leader who held for two intervals. The channel is
+// promptly sees every leader who held for two intervals. A change is a
+// new term or a new value; where the backend reports no term (Term 0), a
+// leader followed by another with the same value reads as no change. The
+// channel is
 // closed at once if the Locker cannot report leaders (see Leader).
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader)
