@@ -30,8 +30,8 @@ type Leader struct {
 // promptly sees every leader who held for two intervals. A change is a
 // new term or a new value; where the backend reports no term (Term 0), a
 // leader followed by another with the same value reads as no change. The
-// channel is
-// closed at once if the Locker cannot report leaders (see Leader).
+// channel is closed at once if the Locker cannot report leaders (see
+// Leader).
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader)
 	in, err := e.inspector()
