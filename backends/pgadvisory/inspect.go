@@ -19,6 +19,15 @@ var (
 // application_name, which PostgreSQL truncates to NAMEDATALEN-1 bytes.
 const maxLabel = 63
 
+// label is the label a grant of req sets: none without
+// Config.LabelAppName.
+func (b *backend) label(req driver.AcquireRequest) string {
+	if !b.labels {
+		return ""
+	}
+	return req.Label
+}
+
 // labelSQL is the statement that a grant's query starts with: the label
 // as the session's application_name, set before the lock is taken, so
 // that pg_stat_activity shows it for as long as the session holds (or
@@ -53,6 +62,9 @@ func execLabelled(ctx context.Context, pg *pgconn.PgConn, label, sql string) ([]
 // 63 bytes are refused (the portable layer never sends them:
 // Capabilities.Inspect.MaxLabel).
 func (l *lease) SetLabel(ctx context.Context, label string) error {
+	if !l.b.labels {
+		return fmt.Errorf("%w: pgadvisory keeps labels only with label_app_name=true (Config.LabelAppName)", driver.ErrInvalid)
+	}
 	if len(label) > maxLabel {
 		return fmt.Errorf("%w: label is %d bytes, over PostgreSQL's %d-byte application_name", driver.ErrInvalid, len(label), maxLabel)
 	}
@@ -107,7 +119,7 @@ func (b *backend) Inspect(ctx context.Context, name string) (driver.LockInfo, er
 		return driver.LockInfo{}, storeErr(ctx, "inspect (pg_locks)", err)
 	}
 	info := driver.LockInfo{Held: held > 0, Waiters: waiting}
-	if info.Held && label != nil {
+	if info.Held && label != nil && b.labels {
 		info.Label = *label
 	}
 	return info, nil

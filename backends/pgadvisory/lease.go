@@ -222,11 +222,15 @@ func (l *lease) Release(ctx context.Context) error {
 	if stale {
 		end = "ROLLBACK"
 	}
-	// The label was set for the session (see labelSQL): the pool's
-	// connection gets its own application_name back.
-	rs, err := pg.Exec(ctx, end+"; RESET application_name").ReadAll()
+	// With labels, the label was set for the session (see labelSQL): the
+	// pool's connection gets its own application_name back.
+	sql, want := end, 1
+	if l.b.labels {
+		sql, want = end+"; RESET application_name", 2
+	}
+	rs, err := pg.Exec(ctx, sql).ReadAll()
 	if err == nil {
-		err = resultErr(rs, 2, 0)
+		err = resultErr(rs, want, 0)
 	}
 	tag := ""
 	if len(rs) > 0 {
