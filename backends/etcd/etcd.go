@@ -18,8 +18,8 @@
 //
 // one per contender: P + "/" + the etcd lease ID it was created on in
 // lowercase hex + "_" + a number (also hex) that no other key of the
-// Client uses at the same time, with an empty value, attached to that
-// lease. (The number of a key that the Client deleted itself is used
+// Client uses at the same time, with the lease's label as its value (see
+// Labels and Inspect), attached to that lease. (The number of a key that the Client deleted itself is used
 // again, so a lock's keys stay few: etcd keeps an index entry for every
 // key name until the keyspace is compacted, and reading the queue visits
 // them all.) KeyPrefix is
