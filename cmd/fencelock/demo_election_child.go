@@ -1,16 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"time"
-
-	"bufio"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/election"
@@ -74,7 +72,7 @@ func startLeaderChild(ctx context.Context, s electionChildSpec) (*leaderChild, e
 	spec, _ := json.Marshal(s)
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), electionChildEnv+"="+string(spec))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = dieWithParent()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
