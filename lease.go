@@ -59,10 +59,11 @@ type Lease struct {
 	renewTimer  *time.Timer
 	expiryTimer *time.Timer
 	unhook      func() bool // unregisters the driver's LossNotifier callback
+	label       string
 }
 
 func newLease(ctx context.Context, c *Client, name string, o resolved, dl driver.Lease, sent time.Time) *Lease {
-	l := &Lease{c: c, name: name, dl: dl, fence: Fence(dl.Fence()), autoRenew: o.autoRenew, ttl: o.ttl, sent: sent, op: make(chan struct{}, 1), endDone: make(chan struct{})}
+	l := &Lease{c: c, name: name, dl: dl, fence: Fence(dl.Fence()), autoRenew: o.autoRenew, ttl: o.ttl, sent: sent, op: make(chan struct{}, 1), endDone: make(chan struct{}), label: o.label}
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	l.validUntil = sent.Add(o.ttl - c.drift(o.ttl))
 	if o.maxHold > 0 {
@@ -427,6 +428,30 @@ func (l *Lease) closeWithClient(ctx context.Context) {
 		defer cancel()
 		_ = l.dl.Release(rctx)
 	}
+}
+
+// Abandon ends the lease without releasing it, as a crashed holder
+// would: no renewal is sent from now on, Err becomes ErrLeaseLost, and
+// the store keeps the lock until its TTL runs out (Lease.StoreTTL after
+// the last renewal), then frees it for others. Release afterwards
+// returns ErrLeaseLost and touches nothing. Use it to step down without
+// handing over at once (package election's Run without ReleaseOnCancel).
+func (l *Lease) Abandon() {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	l.stopRenew = true
+	if l.renewTimer != nil {
+		l.renewTimer.Stop()
+	}
+	if l.renewCancel != nil {
+		l.renewCancel()
+	}
+	l.storeGone = true
+	l.mu.Unlock()
+	l.end(l.lostErr("abandoned by its holder; the store frees it at its TTL"))
 }
 
 // takeStoreSide marks the store side as being freed and reports whether

@@ -94,7 +94,16 @@ type AcquireOptions struct {
 	// the lease ends with ErrLeaseLost (a hung worker must not hold forever).
 	// Default: 0, no cap.
 	MaxHold time.Duration
+	// Label describes the holder: stored with the lock by backends that
+	// keep labels (Capabilities.Inspect.Label; each backend's package doc
+	// says where) and reported by Client.Inspect; package election
+	// publishes a leader's value in it. At most MaxLabelLen bytes of
+	// valid UTF-8. Default: DefaultLabel() ("host/pid").
+	Label string
 }
+
+// MaxLabelLen is the longest AcquireOptions.Label, in bytes.
+const MaxLabelLen = driver.MaxLabelLen
 
 // Bool returns a pointer to b, for AcquireOptions.AutoRenew.
 func Bool(b bool) *bool { return &b }
@@ -278,7 +287,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts *AcquireOptions)
 
 func (c *Client) acquireLoop(ctx context.Context, name string, o resolved) (*Lease, error) {
 	if bl, ok := c.b.(driver.Blocker); ok {
-		req := driver.AcquireRequest{Name: o.key, Token: newToken(), TTL: o.ttl, Backoff: c.opts.Backoff}
+		req := driver.AcquireRequest{Name: o.key, Token: newToken(), TTL: o.ttl, Backoff: c.opts.Backoff, Label: o.label}
 		c.m.add(c.m.attempts)
 		dl, sent, err := bl.Acquire(ctx, req)
 		if err != nil {
@@ -317,7 +326,7 @@ func (c *Client) acquireLoop(ctx context.Context, name string, o resolved) (*Lea
 
 // tryOnce makes one driver attempt and wraps a grant in a Lease.
 func (c *Client) tryOnce(ctx context.Context, name string, o resolved) (*Lease, error) {
-	req := driver.AcquireRequest{Name: o.key, Token: newToken(), TTL: o.ttl}
+	req := driver.AcquireRequest{Name: o.key, Token: newToken(), TTL: o.ttl, Label: o.label}
 	sent := time.Now()
 	c.m.add(c.m.attempts)
 	var dl driver.Lease
@@ -448,6 +457,7 @@ type resolved struct {
 	wait      time.Duration
 	autoRenew bool
 	maxHold   time.Duration
+	label     string
 }
 
 func (c *Client) resolve(name string, opts *AcquireOptions) (resolved, error) {
@@ -479,6 +489,13 @@ func (c *Client) resolve(name string, opts *AcquireOptions) (resolved, error) {
 	}
 	if o.AutoRenew != nil {
 		r.autoRenew = *o.AutoRenew
+	}
+	r.label = o.Label
+	if r.label == "" {
+		r.label = c.defaultLabel()
+	}
+	if err := c.checkLabel(r.label); err != nil {
+		return r, err
 	}
 	return r, nil
 }

@@ -39,6 +39,10 @@ var mutants = []struct{ name, defect string }{
 	{"DeafWaiter", "Wait ignores release notices and returns only when its ctx ends (the backoff interval): waiters are woken by polling alone"},
 	{"BargingFIFO", "declares FIFO, but a TryAcquire right after a release takes the lock ahead of a queued waiter (the mem store wakes waiters and lets anyone race them)"},
 	{"EarlyGrantSlowReply", "the store keeps locks for 60% of the TTL asked, and the reply to a grant made before the previous holder's TTL ran out arrives just after it"},
+	{"InspectDropsLabel", "Inspect reports a held lock without its holder's label"},
+	{"InspectFenceOffByOne", "Inspect reports the holder's fence minus one"},
+	{"InspectLags", "Inspect answers from a cache refreshed once a second (a lagging replica)"},
+	{"RelabelIgnored", "SetLabel reports success and leaves the stored label unchanged"},
 }
 
 // mutHarness serves one mem Store per check; every client's driver is
@@ -65,7 +69,7 @@ var (
 )
 
 func (h *mutHarness) MakeClient(_ context.Context, opts *fencelock.Options) (*fencelock.Client, error) {
-	b := &mutBackend{Backend: memory.NewDriver(h.s), s: h.s, h: h, mutant: h.mutant}
+	b := &mutBackend{Backend: memory.NewDriver(h.s), s: h.s, h: h, mutant: h.mutant, cache: map[string]inspected{}}
 	c := fencelock.New(b, opts)
 	h.mu.Lock()
 	h.drivers[c] = b
@@ -106,6 +110,41 @@ type mutBackend struct {
 	h      *mutHarness
 	mutant string
 	stall  atomic.Int64 // extra Extend latency (RenewalStaller)
+
+	cacheMu sync.Mutex
+	cache   map[string]inspected // InspectLags
+}
+
+type inspected struct {
+	at   time.Time
+	info driver.LockInfo
+}
+
+func (b *mutBackend) Inspect(ctx context.Context, name string) (driver.LockInfo, error) {
+	in := b.Backend.(driver.Inspector)
+	if b.mutant == "InspectLags" {
+		b.cacheMu.Lock()
+		defer b.cacheMu.Unlock()
+		if c, ok := b.cache[name]; ok && time.Since(c.at) < time.Second {
+			return c.info, nil
+		}
+	}
+	info, err := in.Inspect(ctx, name)
+	if err != nil || !info.Held {
+		if b.mutant == "InspectLags" && err == nil {
+			b.cache[name] = inspected{time.Now(), info}
+		}
+		return info, err
+	}
+	switch b.mutant {
+	case "InspectDropsLabel":
+		info.Label = ""
+	case "InspectFenceOffByOne":
+		info.Fence--
+	case "InspectLags":
+		b.cache[name] = inspected{time.Now(), info}
+	}
+	return info, nil
 }
 
 func (b *mutBackend) Wait(ctx context.Context, name string) error {
@@ -258,6 +297,13 @@ func (l *mutLease) Release(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+func (l *mutLease) SetLabel(ctx context.Context, label string) error {
+	if l.b.mutant == "RelabelIgnored" {
+		return nil
+	}
+	return l.inner.(driver.Relabeler).SetLabel(ctx, label)
 }
 
 type notifyingLease struct{ *mutLease }

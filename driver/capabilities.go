@@ -165,4 +165,8 @@ type Capabilities struct {
 	// store can grant the lock to anyone else, however the connection
 	// fails.
 	BreakOverlap time.Duration
+
+	// Inspect says what Client.Inspect can report of a lock (holder's
+	// label, fence, remaining TTL, queued waiters). Zero: nothing.
+	Inspect InspectCaps
 }

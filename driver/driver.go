@@ -59,6 +59,12 @@ type AcquireRequest struct {
 	// TTL is how long the store keeps the lock without a renewal. It is at
 	// least Capabilities().MinTTL.
 	TTL time.Duration
+	// Label describes the holder for humans and for Inspect (by default,
+	// the host and process). A store that keeps labels
+	// (Capabilities.Inspect.Label) stores it with the lock where the
+	// store's native clients still read the lock as theirs, or beside it.
+	// At most MaxLabelLen bytes of valid UTF-8.
+	Label string
 	// Backoff is the Client's Options.Backoff (never nil in a request to
 	// Blocker.Acquire): a Blocker whose wait retries attempts spaces them
 	// with it. A store that queues waiters or polls on a schedule of its
@@ -75,6 +81,9 @@ func NewToken() string {
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
 	return hex.EncodeToString(b[:])
 }
+
+// MaxLabelLen is the longest label, in bytes, the portable layer accepts.
+const MaxLabelLen = 256
 
 // MaxNameLen is the longest lock name, in bytes, the portable layer accepts.
 const MaxNameLen = 1024

@@ -240,4 +240,17 @@
 // driver.Admin (for the conformance suite, not handed out by Client.As): Expire marks an item released
 // with a new version, keeping its fence; KillSessions simulates a network
 // partition of this client's held leases (DynamoDB has no sessions).
+//
+// # Labels and Inspect
+//
+// The label is the item's attribute fencelockLabel (S), set by the granting
+// UpdateItem (no extra request) and by SetLabel (an owner-checked write,
+// like a heartbeat's). The AWS Lock Client sees it as an additional
+// attribute and drops it when it writes the item itself. Inspect is one
+// consistent GetItem: the lock reads as held unless the item is released or
+// this Client has watched its version unchanged for its lease duration (the
+// read joins the Client's observation memory); the remaining time is what
+// is left of that duration since this Client first read the version (a
+// Client reading for the first time sees the whole duration); waiters are
+// the waitQueue's entries.
 package dynamodb

@@ -109,6 +109,15 @@ func newBackend(api API, cfg Config, closeFn func()) *backend {
 		Wait:           driver.WaitPoll,
 		FIFO:           false,
 		NodeLoss:       driver.NodeLossQuorum,
+		// A consistent GetItem: the label and fence attributes, the
+		// waitQueue; held means not released and not watched unchanged
+		// for its lease duration by this Client, whose observation gives
+		// the remaining time (an upper bound: counted from this Client's
+		// first read of the holder's current version).
+		Inspect: driver.InspectCaps{
+			Supported: true, Label: true, Fence: true, Remaining: true, Waiters: true, Relabel: true,
+			LabelWhere: "attribute fencelockLabel of the lock item (an additional attribute to the AWS Lock Client, which drops it when it writes the item)",
+		},
 	}
 	// A waiter reads the item at most a poll interval apart: a released
 	// lock is taken within one interval plus a read and a write; an
@@ -209,7 +218,10 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, head strin
 func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched, head string) (driver.Lease, error) {
 	owner := b.cfg.Owner + "/" + req.Token
 	rvn := newRVN()
-	expr := "SET #on = :on, #rvn = :rvn, #ld = :ld, #f = if_not_exists(#f, :floor) + :one REMOVE #ir"
+	expr := "SET #on = :on, #rvn = :rvn, #ld = :ld, #f = if_not_exists(#f, :floor) + :one, #lb = :lb REMOVE #ir"
+	if req.Label == "" {
+		expr = "SET #on = :on, #rvn = :rvn, #ld = :ld, #f = if_not_exists(#f, :floor) + :one REMOVE #ir, #lb"
+	}
 	vals := map[string]types.AttributeValue{
 		":on":    str(owner),
 		":rvn":   str(rvn),
@@ -217,6 +229,9 @@ func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched,
 		":rel":   str(releasedValue),
 		":floor": num(uint64(time.Now().UnixMicro())),
 		":one":   num(1),
+	}
+	if req.Label != "" {
+		vals[":lb"] = str(req.Label)
 	}
 	// (released [OR watched]) AND nobody waits / head first in line,
 	// written without parentheses (dynalite parses those slowly): an item
@@ -228,7 +243,7 @@ func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched,
 		expr += ", #q[0]"
 		vals[":head"] = str(head)
 	}
-	n := names("#on", "#rvn", "#ld", "#ir", "#f", "#q")
+	n := names("#on", "#rvn", "#ld", "#ir", "#f", "#q", "#lb")
 	if head == "" {
 		n["#k"] = attrKey
 	}
@@ -359,8 +374,8 @@ func (b *backend) get(ctx context.Context, key string) (*ddb.GetItemOutput, erro
 		TableName:                &b.cfg.Table,
 		Key:                      keyOf(key),
 		ConsistentRead:           aws.Bool(true),
-		ProjectionExpression:     aws.String("#k, #on, #rvn, #ld, #ir, #f, #q"),
-		ExpressionAttributeNames: names("#k", "#on", "#rvn", "#ld", "#ir", "#f", "#q"),
+		ProjectionExpression:     aws.String("#k, #on, #rvn, #ld, #ir, #f, #q, #lb"),
+		ExpressionAttributeNames: names("#k", "#on", "#rvn", "#ld", "#ir", "#f", "#q", "#lb"),
 	})
 }
 

@@ -21,6 +21,7 @@ const (
 	attrData     = "data"                // B, optional, never written by fencelock
 	attrFence    = "fence"               // N, fencelock's fencing token
 	attrQueue    = "waitQueue"           // L of S, fencelock's waiters in arrival order
+	attrLabel    = "fencelockLabel"      // S, the holder's label (AcquireOptions.Label)
 
 	releasedValue = "1"
 )
@@ -34,6 +35,7 @@ var exprNames = map[string]string{
 	"#ir":  attrReleased,
 	"#f":   attrFence,
 	"#q":   attrQueue,
+	"#lb":  attrLabel,
 }
 
 // names returns the subset of exprNames an expression uses (DynamoDB
@@ -90,6 +92,7 @@ type lockItem struct {
 	released bool
 	fence    uint64   // 0 when the item has no fence (written by another client)
 	queue    []string // waitQueue entries, first in line first
+	label    string   // "" when the item has none (written by another client)
 }
 
 // malformedError says which attribute of a foreign item is missing or
@@ -156,6 +159,9 @@ func parseItem(key string, item map[string]types.AttributeValue) (lockItem, erro
 			return it, &malformedError{key, attrFence, fmt.Sprintf("a malformed (%q)", nv.Value)}
 		}
 		it.fence = f
+	}
+	if v, ok := item[attrLabel].(*types.AttributeValueMemberS); ok {
+		it.label = v.Value
 	}
 	if v, ok := item[attrQueue]; ok {
 		lv, ok := v.(*types.AttributeValueMemberL)

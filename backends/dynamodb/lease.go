@@ -92,7 +92,7 @@ func (l *lease) update(ctx context.Context, op, expr string, vals map[string]typ
 	}
 	cond += " AND #on = :on"
 	n := names("#rvn", "#on")
-	for _, k := range []string{"#ld", "#ir"} {
+	for _, k := range []string{"#ld", "#ir", "#lb"} {
 		if strings.Contains(expr, k) {
 			n[k] = exprNames[k]
 		}

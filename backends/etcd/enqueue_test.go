@@ -30,7 +30,7 @@ func TestEnqueueReadsQueue(t *testing.T) {
 				keys = append(keys, k)
 			}
 			defer cli.Delete(ctx, pfx+"/", clientv3.WithPrefix())
-			ct, err := b.enqueue(ctx, "job", 15*time.Second, false, false)
+			ct, err := b.enqueue(ctx, "job", "", 15*time.Second, false, false)
 			if err != nil {
 				t.Fatal(err)
 			}

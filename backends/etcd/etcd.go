@@ -18,8 +18,8 @@
 //
 // one per contender: P + "/" + the etcd lease ID it was created on in
 // lowercase hex + "_" + a number (also hex) that no other key of the
-// Client uses at the same time, with an empty value, attached to that
-// lease. (The number of a key that the Client deleted itself is used
+// Client uses at the same time, with the lease's label as its value (see
+// Labels and Inspect), attached to that lease. (The number of a key that the Client deleted itself is used
 // again, so a lock's keys stay few: etcd keeps an index entry for every
 // key name until the keyspace is compacted, and reading the queue visits
 // them all.) KeyPrefix is
@@ -187,6 +187,19 @@
 // Client.As supports **clientv3.Client. Clients made by New share the
 // caller's etcd client; clients opened by URL own theirs. Lease.As supports
 // *Guard (see Guard; GuardOf is a helper over it) and *clientv3.LeaseID.
+//
+// # Labels and Inspect
+//
+// The label is the value of our lock key (concurrency.Mutex and `etcdctl
+// lock` write an empty value and never read it, so they still exclude us
+// and we them), which is where etcd's own concurrency.Election keeps a
+// leader's value: an Election on the same lock prefix reports our leader's
+// label (TestElectionInterop). SetLabel rewrites the value in place while
+// the key's CreateRevision is ours, keeping its lease (as
+// Election.Proclaim). Inspect is one read of the lock prefix (the
+// first-created key holds: its value, its CreateRevision as the fence; the
+// other keys are queued waiters) and the holder's etcd lease's TimeToLive
+// (whole seconds, rounded up).
 package etcd
 
 import (
@@ -232,6 +245,14 @@ var capabilities = driver.Capabilities{
 	// expired leases every 500 ms, through raft; the revoke deletes the
 	// key and the waiter's watch delivers it.
 	ExpiryWake: 750 * time.Millisecond,
+	// Inspect reads the lock prefix: the first-created key holds (its
+	// value is the label, its CreateRevision the fence), the others
+	// wait; the remaining TTL is the holder's etcd lease's TimeToLive,
+	// in whole seconds.
+	Inspect: driver.InspectCaps{
+		Supported: true, Label: true, Fence: true, Remaining: true, Waiters: true, Relabel: true,
+		LabelWhere: "the value of the holder's lock key (empty for concurrency.Mutex and etcdctl lock, which ignore values)",
+	},
 }
 
 // DefaultRequestTimeout bounds each etcd request when Config.RequestTimeout
@@ -418,6 +439,7 @@ func (b *backend) begin() error {
 type contender struct {
 	pfx     string // lock prefix, without the trailing "/"
 	key     string
+	label   string // the key's value (AcquireRequest.Label)
 	cls     *class // the TTL class whose lease the key is attached to
 	ttl     int64  // seconds, requested
 	granted int64  // seconds, as the server granted (≥ ttl)
@@ -491,8 +513,8 @@ func (b *backend) freeName(key string) {
 // keepalive sent alongside the Txn (shared with other callers); a
 // blocking Acquire reports c.sent itself and only refreshes a class whose
 // last refresh is older than TTL/6. On error nothing is left in the store.
-func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration, try, timed bool) (*contender, error) {
-	c := &contender{pfx: b.keyPrefix + escape(name), ttl: ttlSeconds(ttl)}
+func (b *backend) enqueue(ctx context.Context, name, label string, ttl time.Duration, try, timed bool) (*contender, error) {
+	c := &contender{pfx: b.keyPrefix + escape(name), label: label, ttl: ttlSeconds(ttl)}
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		retry := attempt < 2
@@ -549,12 +571,12 @@ func (b *backend) enqueue(ctx context.Context, name string, ttl time.Duration, t
 // Put instead.
 func (b *backend) createKey(ctx context.Context, c *contender, withPred bool) error {
 	first := clientv3.OpGet(c.pfx+"/", append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
-	then := []clientv3.Op{clientv3.OpPut(c.key, "", clientv3.WithLease(c.cls.id)), first}
+	then := []clientv3.Op{clientv3.OpPut(c.key, c.label, clientv3.WithLease(c.cls.id)), first}
 	if withPred {
 		// Before the Put, the keys under the prefix are the ones ahead of
 		// ours, the last-created just ahead.
 		last := clientv3.OpGet(c.pfx+"/", append(clientv3.WithLastCreate(), clientv3.WithLimit(aheadMax), clientv3.WithKeysOnly())...)
-		then = []clientv3.Op{last, clientv3.OpPut(c.key, "", clientv3.WithLease(c.cls.id))}
+		then = []clientv3.Op{last, clientv3.OpPut(c.key, c.label, clientv3.WithLease(c.cls.id))}
 	}
 	// The Txn is idempotent (a retry finds our key and reads it), so it is
 	// retried when a member fails under it, within the request timeout.
@@ -715,7 +737,7 @@ func (b *backend) tryAcquire(ctx context.Context, req driver.AcquireRequest, tim
 		return nil, time.Time{}, err
 	}
 	defer b.ops.Done()
-	c, err := b.enqueue(ctx, req.Name, req.TTL, true, timed)
+	c, err := b.enqueue(ctx, req.Name, req.Label, req.TTL, true, timed)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -745,7 +767,7 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	stop := context.AfterFunc(b.ctx, cancel) // Close ends waits
 	defer stop()
 	for {
-		c, err := b.enqueue(ctx, req.Name, req.TTL, false, false)
+		c, err := b.enqueue(ctx, req.Name, req.Label, req.TTL, false, false)
 		if err != nil {
 			return nil, time.Time{}, err
 		}

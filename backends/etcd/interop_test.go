@@ -145,9 +145,9 @@ func TestInteropWeBlockMutex(t *testing.T) {
 	_ = m.Unlock(e.ctx)
 }
 
-// TestKeyLayout: the key is <prefix><name>/<lease ID hex>_<number> with an
-// empty value, attached to its lease, and the fence is its CreateRevision, as
-// the package doc says.
+// TestKeyLayout: the key is <prefix><name>/<lease ID hex>_<number> with the
+// lease's label as its value, attached to its lease, and the fence is its
+// CreateRevision, as the package doc says.
 func TestKeyLayout(t *testing.T) {
 	e := newInteropEnv(t)
 	c := e.client()
@@ -167,8 +167,8 @@ func TestKeyLayout(t *testing.T) {
 	if want := fmt.Sprintf("%sjob/%x_", e.keyPrefix, kv.Lease); !strings.HasPrefix(string(kv.Key), want) || len(kv.Key) == len(want) || kv.Lease == 0 {
 		t.Errorf("key %q (lease %x), want %q followed by a number", kv.Key, kv.Lease, want)
 	}
-	if len(kv.Value) != 0 {
-		t.Errorf("value %q, want empty", kv.Value)
+	if string(kv.Value) != l.Label() || l.Label() != fencelock.DefaultLabel() {
+		t.Errorf("value %q, want the lease's label %q (the default, %q)", kv.Value, l.Label(), fencelock.DefaultLabel())
 	}
 	if kv.CreateRevision != l.Fence().Int64() {
 		t.Errorf("fence %d, key CreateRevision %d", l.Fence(), kv.CreateRevision)

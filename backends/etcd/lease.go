@@ -187,7 +187,7 @@ func (l *lease) moveTo(ctx context.Context, secs int64) error {
 		rctx, cancel := b.rpcCtx(ctx)
 		resp, err := b.cli.Txn(rctx).
 			If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)).
-			Then(clientv3.OpPut(l.key, "", clientv3.WithLease(cls.id))).
+			Then(clientv3.OpPut(l.key, "", clientv3.WithLease(cls.id), clientv3.WithIgnoreValue())).
 			Commit()
 		cancel()
 		if err != nil && isLeaseNotFound(err) && attempt < 2 {

@@ -18,6 +18,13 @@
 // Locks expire on the monotonic clock of the process holding the Store; an
 // expiry or Store.Expire reports loss to the holder's lease at once
 // (LossNotifier) and wakes waiters (Waiter), as a release does.
+//
+// # Labels and Inspect
+//
+// The label is kept in the Store's entry for the lock; Inspect reports the
+// holder's label, fence and remaining TTL (no waiter count: waiters poll),
+// and Lease.SetLabel changes it in place. memrpc:// does the same over its
+// RPC.
 package memory
 
 import (
@@ -45,6 +52,10 @@ var capabilities = driver.Capabilities{
 	LossSignal:  10 * time.Millisecond,
 	ReleaseWake: 10 * time.Millisecond,
 	ExpiryWake:  10 * time.Millisecond,
+	Inspect: driver.InspectCaps{
+		Supported: true, Label: true, Fence: true, Remaining: true, Relabel: true,
+		LabelWhere: "the Store's entry for the lock",
+	},
 }
 
 // New returns a Client on store s (a new empty Store if s is nil).
@@ -81,17 +92,28 @@ var (
 	_ driver.Aser   = (*backend)(nil)
 
 	_ driver.LossNotifier = (*lease)(nil)
+	_ driver.Relabeler    = (*lease)(nil)
+	_ driver.Inspector    = (*backend)(nil)
 )
 
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	fence, lost, err := b.s.tryAcquire(b.session, req.Name, req.Token, req.TTL)
+	fence, lost, err := b.s.tryAcquire(b.session, req.Name, req.Token, req.Label, req.TTL)
 	if err != nil {
 		return nil, err
 	}
 	return &lease{s: b.s, name: req.Name, token: req.Token, fence: fence, lost: lost}, nil
+}
+
+// Inspect implements driver.Inspector.
+func (b *backend) Inspect(ctx context.Context, name string) (driver.LockInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.LockInfo{}, err
+	}
+	i := b.s.Inspect(name)
+	return driver.LockInfo{Held: i.Held, Label: i.Label, Fence: i.Fence, Remaining: i.Remaining, Waiters: -1}, nil
 }
 
 func (b *backend) Wait(ctx context.Context, name string) error { return b.s.wait(ctx, name) }
@@ -134,6 +156,14 @@ func (l *lease) Release(ctx context.Context) error {
 		return err
 	}
 	return l.s.release(l.name, l.token)
+}
+
+// SetLabel implements driver.Relabeler.
+func (l *lease) SetLabel(ctx context.Context, label string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return l.s.setLabel(l.name, l.token, label)
 }
 
 // OnLost implements driver.LossNotifier without a goroutine per lease.

@@ -47,7 +47,7 @@ func code(err error) int {
 }
 
 func (r *rpcStore) TryAcquire(a wire.Args, rep *wire.Reply) error {
-	f, _, err := r.s.tryAcquire(0, a.Name, a.Token, a.TTL)
+	f, _, err := r.s.tryAcquire(0, a.Name, a.Token, a.Label, a.TTL)
 	rep.Code, rep.Fence = code(err), f
 	return nil
 }
@@ -59,6 +59,19 @@ func (r *rpcStore) Extend(a wire.Args, rep *wire.Reply) error {
 
 func (r *rpcStore) Release(a wire.Args, rep *wire.Reply) error {
 	rep.Code = code(r.s.release(a.Name, a.Token))
+	return nil
+}
+
+// Inspect reports a.Name's holder.
+func (r *rpcStore) Inspect(a wire.Args, rep *wire.Reply) error {
+	i := r.s.Inspect(a.Name)
+	rep.Held, rep.Label, rep.Fence, rep.Remaining = i.Held, i.Label, i.Fence, i.Remaining
+	return nil
+}
+
+// SetLabel relabels a.Name if a.Token holds it.
+func (r *rpcStore) SetLabel(a wire.Args, rep *wire.Reply) error {
+	rep.Code = code(r.s.setLabel(a.Name, a.Token, a.Label))
 	return nil
 }
 
@@ -103,7 +116,7 @@ func finish(call *rpc.Call, rep *wire.Reply) (wire.Reply, error) {
 }
 
 func (b *rpcBackend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
-	a := wire.Args{Name: req.Name, Token: req.Token, TTL: req.TTL}
+	a := wire.Args{Name: req.Name, Token: req.Token, Label: req.Label, TTL: req.TTL}
 	rep := new(wire.Reply)
 	call := b.c.Go("Store.TryAcquire", a, rep, make(chan *rpc.Call, 1))
 	select {
@@ -154,6 +167,15 @@ func (b *rpcBackend) Capabilities() driver.Capabilities {
 	return c
 }
 
+// Inspect implements driver.Inspector with one round trip.
+func (b *rpcBackend) Inspect(ctx context.Context, name string) (driver.LockInfo, error) {
+	r, err := b.call(ctx, "Inspect", wire.Args{Name: name})
+	if err != nil {
+		return driver.LockInfo{}, err
+	}
+	return driver.LockInfo{Held: r.Held, Label: r.Label, Fence: r.Fence, Remaining: r.Remaining, Waiters: -1}, nil
+}
+
 func (b *rpcBackend) Close() error { return b.c.Close() }
 
 type rpcLease struct {
@@ -170,6 +192,11 @@ func (l *rpcLease) Extend(ctx context.Context, ttl time.Duration) error {
 
 func (l *rpcLease) Release(ctx context.Context) error {
 	return l.result(l.b.call(ctx, "Release", wire.Args{Name: l.name, Token: l.token}))
+}
+
+// SetLabel implements driver.Relabeler.
+func (l *rpcLease) SetLabel(ctx context.Context, label string) error {
+	return l.result(l.b.call(ctx, "SetLabel", wire.Args{Name: l.name, Token: l.token, Label: label}))
 }
 
 func (l *rpcLease) result(rep wire.Reply, err error) error {

@@ -23,6 +23,10 @@ func (b *stallable) Wait(ctx context.Context, name string) error {
 	return b.Backend.(driver.Waiter).Wait(ctx, name)
 }
 
+func (b *stallable) Inspect(ctx context.Context, name string) (driver.LockInfo, error) {
+	return b.Backend.(driver.Inspector).Inspect(ctx, name)
+}
+
 func (b *stallable) As(target any) bool { return b.Backend.(driver.Aser).As(target) }
 
 func (b *stallable) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
@@ -49,6 +53,10 @@ func (l *stallableLease) Extend(ctx context.Context, ttl time.Duration) error {
 		}
 	}
 	return l.Lease.Extend(ctx, ttl)
+}
+
+func (l *stallableLease) SetLabel(ctx context.Context, label string) error {
+	return l.Lease.(driver.Relabeler).SetLabel(ctx, label)
 }
 
 func (l *stallableLease) OnLost(f func()) (stop func() bool) {

@@ -23,6 +23,7 @@ type Store struct {
 type entry struct {
 	session Session
 	token   string
+	label   string
 	fence   uint64
 	expires time.Time
 	timer   *time.Timer
@@ -59,14 +60,14 @@ func (s *Store) KillSession(session Session) int {
 	return n
 }
 
-func (s *Store) tryAcquire(session Session, name, token string, ttl time.Duration) (uint64, context.Context, error) {
+func (s *Store) tryAcquire(session Session, name, token, label string, ttl time.Duration) (uint64, context.Context, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.locks[name]; e != nil {
 		return 0, nil, driver.ErrNotAcquired
 	}
 	s.fences[name]++
-	e := &entry{session: session, token: token, fence: s.fences[name], expires: time.Now().Add(ttl)}
+	e := &entry{session: session, token: token, label: label, fence: s.fences[name], expires: time.Now().Add(ttl)}
 	e.lost, e.lose = context.WithCancel(context.Background())
 	e.timer = time.AfterFunc(ttl, func() { s.expireIfDue(name, e) })
 	s.locks[name] = e
@@ -121,6 +122,37 @@ func (s *Store) Holder(name string) (token string, fence uint64, held bool) {
 		return e.token, e.fence, true
 	}
 	return "", 0, false
+}
+
+// Info is a lock's state in a Store (see Inspect).
+type Info struct {
+	Held      bool
+	Label     string
+	Fence     uint64
+	Remaining time.Duration
+}
+
+// Inspect reports name's holder: its label, fence and remaining TTL.
+func (s *Store) Inspect(name string) Info {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.locks[name]
+	if e == nil {
+		return Info{}
+	}
+	return Info{Held: true, Label: e.label, Fence: e.fence, Remaining: max(time.Until(e.expires), time.Nanosecond)}
+}
+
+// setLabel changes the label stored with name if token still holds it.
+func (s *Store) setLabel(name, token, label string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.locks[name]
+	if e == nil || e.token != token {
+		return fmt.Errorf("%w: %q is not held under this lease's token", driver.ErrLeaseLost, name)
+	}
+	e.label = label
+	return nil
 }
 
 // wait returns nil as soon as name is free (at once if it is), or ctx's

@@ -300,3 +300,11 @@ func TestConformanceByURL(t *testing.T) {
 	pg := testserver.SharedPostgres(t)
 	conformance.RunConformanceTests(t, conformance.URLHarness(pg.URL()))
 }
+
+// TestConformanceByURLLabels: with label_app_name=true the backend keeps
+// labels (the sessions' application_name), and the Inspect and Election
+// checks hold it to that too.
+func TestConformanceByURLLabels(t *testing.T) {
+	pg := testserver.SharedPostgres(t)
+	conformance.RunConformanceTests(t, conformance.URLHarness(pg.URL()+"&label_app_name=true"))
+}

@@ -219,9 +219,15 @@ func (l *lease) Release(ctx context.Context) error {
 	if stale {
 		end = "ROLLBACK"
 	}
-	rs, err := pg.Exec(ctx, end).ReadAll()
+	// With labels, the label was set for the session (see labelSQL): the
+	// pool's connection gets its own application_name back.
+	sql, want := end, 1
+	if l.b.labels {
+		sql, want = end+"; RESET application_name", 2
+	}
+	rs, err := pg.Exec(ctx, sql).ReadAll()
 	if err == nil {
-		err = resultErr(rs, 1, 0)
+		err = resultErr(rs, want, 0)
 	}
 	tag := ""
 	if len(rs) > 0 {

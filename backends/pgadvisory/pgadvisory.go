@@ -268,6 +268,23 @@
 // connection. The backend does not require a table today (it works for any
 // role that can connect, behind PgBouncer), so it declares the overlap
 // instead.
+//
+// # Labels and Inspect
+//
+// Inspect is one query on pg_locks (held, and sessions queued in the
+// server's lock queue). The server exposes neither the holder's fence nor
+// its idle timeout to other sessions, and Inspect does not report them;
+// sessions polling because Config.MaxWaitConns are in use are not queued
+// and not counted. Labels are kept only with Config.LabelAppName
+// (label_app_name=true): the label is then the holder session's
+// application_name, which pg_stat_activity shows to anyone (as a Python
+// blake2b or psql user would label theirs); the grant's own query starts
+// by setting it, so the lock is never held, nor waited for, under another
+// name, and Release resets it (RESET application_name) with its COMMIT.
+// PostgreSQL keeps at most 63 bytes of printable ASCII there, so the
+// backend then declares MaxLabel 63 and LabelASCII. It is off by default
+// because it replaces the application_name the pool was opened with,
+// which monitoring may rely on to find the sessions.
 package pgadvisory
 
 import (
@@ -318,6 +335,16 @@ type Config struct {
 	// the name is free) until a waiting slot frees. Default: half the
 	// pool's MaxConns, at least 1. URL: max_wait_conns=N.
 	MaxWaitConns int
+	// LabelAppName keeps each lease's label (AcquireOptions.Label) as its
+	// session's application_name while it holds or waits, so that
+	// Inspect (and package election's Leader and Observe) report it and
+	// pg_stat_activity shows it. Off by default: it replaces the
+	// application_name the pool's connections were opened with, which
+	// monitoring and operators' scripts may use to find them (the
+	// package's own tests find a client's sessions that way). Labels are
+	// then at most 63 bytes of printable ASCII (Capabilities.Inspect).
+	// URL: label_app_name=true.
+	LabelAppName bool
 }
 
 // DefaultConnTimeout is Config.ConnTimeout's default.
@@ -347,6 +374,7 @@ type backend struct {
 	owns   bool // Close closes pool (URL-opened)
 	caps   driver.Capabilities
 	strict bool // fence made durable before the grant returns (not Config.NoFenceFlush)
+	labels bool // Config.LabelAppName
 	watch  *watcher
 
 	connTimeout time.Duration
@@ -397,6 +425,16 @@ func newBackend(pool *pgxpool.Pool, owns bool, cfg *Config) *backend {
 		// A broken connection ends the server session, which frees the
 		// lock at once; the holder sees it at the watcher's next sweep.
 		BreakOverlap: lossSignal,
+		// pg_locks: held, and sessions queued; labels only with
+		// Config.LabelAppName (below); no fence, no remaining TTL.
+		Inspect: driver.InspectCaps{Supported: true, Waiters: true},
+	}
+	if cfg != nil && cfg.LabelAppName {
+		b.labels = true
+		b.caps.Inspect = driver.InspectCaps{
+			Supported: true, Label: true, Waiters: true, Relabel: true, MaxLabel: maxLabel, LabelASCII: true,
+			LabelWhere: "the holder session's application_name (set by the grant's own query, RESET at release), shown in pg_stat_activity; at most 63 bytes of ASCII",
+		}
 	}
 	if cfg != nil && cfg.NoFenceFlush {
 		b.caps.Fence = driver.FenceBestEffort
@@ -562,7 +600,7 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	var rs []*pgconn.Result
 	var fv []byte
 	if b.strict {
-		rs, err = execDetached(ctx, pc.Conn().PgConn(), tryStrictSQL(key, ms))
+		rs, err = execLabelled(ctx, pc.Conn().PgConn(), b.label(req), tryStrictSQL(key, ms))
 		if err == nil {
 			err = resultErr(rs, 5, 2)
 		}
@@ -575,7 +613,7 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	} else {
 		sql := "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '" + strconv.FormatInt(ms, 10) +
 			"', true), CASE WHEN pg_try_advisory_xact_lock(" + strconv.FormatInt(key, 10) + ") THEN pg_current_xact_id()::text END"
-		rs, err = execDetached(ctx, pc.Conn().PgConn(), sql)
+		rs, err = execLabelled(ctx, pc.Conn().PgConn(), b.label(req), sql)
 		if err == nil {
 			err = resultErr(rs, 2, 2)
 		}
@@ -703,7 +741,7 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 		b.mu.Unlock()
 	}()
 	pg := pc.Conn().PgConn()
-	sql := waitSQL(key, ms, b.strict, serverMajor(pg.ParameterStatus("server_version")) >= 14)
+	sql := labelSQL(b.label(req)) + waitSQL(key, ms, b.strict, serverMajor(pg.ParameterStatus("server_version")) >= 14)
 
 	// The wait runs detached from ctx: when ctx ends we ask the server to
 	// cancel it (the connection survives), and only if that does not end it
@@ -737,6 +775,7 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 	})
 	sent := time.Now()
 	rs, err := pg.Exec(execCtx, sql).ReadAll()
+	rs = dropLabelResult(b.label(req), rs)
 	cancelExec() // the wait is over: release the AfterFunc, if it runs
 	if !stop() {
 		<-cancelled

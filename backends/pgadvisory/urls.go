@@ -35,6 +35,7 @@ func init() {
 // Query parameters, besides fencelock's own prefix, ttl and wait:
 //
 //	fence_flush=false   Config.NoFenceFlush (default true)
+//	label_app_name=true Config.LabelAppName (default false)
 //	conn_timeout=5s     Config.ConnTimeout: longest wait for a pool connection
 //	max_wait_conns=N    Config.MaxWaitConns: pool connections blocked Acquires may keep
 //	pgx and pgxpool parameters: sslmode, sslrootcert, connect_timeout,
@@ -97,6 +98,14 @@ func (o *URLOpener) config(u *url.URL) (*pgxpool.Config, *Config, error) {
 		cfg.NoFenceFlush = !on
 		q.Del("fence_flush")
 	}
+	if v, ok := q["label_app_name"]; ok {
+		on, err := strconv.ParseBool(v[0])
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: query parameter label_app_name=%q: want true or false", driver.ErrInvalid, v[0])
+		}
+		cfg.LabelAppName = on
+		q.Del("label_app_name")
+	}
 	if v, ok := q["conn_timeout"]; ok {
 		d, err := time.ParseDuration(v[0])
 		if err != nil || d <= 0 {
@@ -129,7 +138,7 @@ func (o *URLOpener) config(u *url.URL) (*pgxpool.Config, *Config, error) {
 	}
 	if len(bad) > 0 {
 		slices.Sort(bad)
-		return nil, nil, fmt.Errorf("%w: unknown query parameter(s) %s: not a fencelock (prefix, ttl, wait, fence_flush, conn_timeout, max_wait_conns), pgx or pgxpool parameter, nor a run-time parameter passed through (%s); set other server settings with options=-c name=value",
+		return nil, nil, fmt.Errorf("%w: unknown query parameter(s) %s: not a fencelock (prefix, ttl, wait, fence_flush, label_app_name, conn_timeout, max_wait_conns), pgx or pgxpool parameter, nor a run-time parameter passed through (%s); set other server settings with options=-c name=value",
 			driver.ErrInvalid, strings.Join(bad, ", "), strings.Join(runtimeParams, ", "))
 	}
 	if o.Configure != nil {

@@ -9,6 +9,10 @@
 -- ARGV[4] the keys' base
 -- ARGV[5] a queued waiter's Client id, hex: its grant channel's suffix
 --         (the liveness key holds '<TTL>:<id>'); '' for none
+-- ARGV[6] the lease's label ('' or absent: none): a grant writes
+--         '<fence> <label>' to the label key <base>:label:<token> with the
+--         lock's TTL; a queued waiter writes '0 <label>' there, which the
+--         release that hands it the lock stamps with its fence
 -- Returns {fence, 0} when granted, {0, PTTL of the holder} when held
 -- (-1: the key has no expiry), {0, -3} when this attempt was abandoned
 -- (see abandon.lua), {0, -4} when the lock is free but a live waiter is
@@ -33,9 +37,14 @@ if not v[1] and not v[3] and redis.call('EXISTS', KEYS[3]) == 0 then
       fence = stored + 1
     end
     redis.call('SET', KEYS[2], string.format('%d', fence))
+    if ARGV[6] and ARGV[6] ~= '' then
+      redis.call('SET', ARGV[4] .. ':label:' .. ARGV[1], string.format('%d', fence) .. ' ' .. ARGV[6], 'PX', ARGV[2])
+    end
     return {fence, 0}
   end
 end
+local label_key = ARGV[4] .. ':label:' .. ARGV[1]
+local labelled = ARGV[6] and ARGV[6] ~= ''
 
 local wait
 if v[1] and v[1] ~= ARGV[1] and not v[3] and tonumber(v[2] or 0) then
@@ -58,6 +67,9 @@ else
     -- same grant again, its TTL restarted now (the caller counts it from
     -- when this attempt was sent, which may be later than the grant).
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    if labelled then
+      redis.call('SET', label_key, string.format('%d', stored) .. ' ' .. ARGV[6], 'PX', ARGV[2])
+    end
     return {stored, 0}
   end
   -- The lock is free (or a key of another kind), and the line not empty.
@@ -71,7 +83,11 @@ else
         redis.call('LPOP', KEYS[3])
         redis.call('DEL', ARGV[4] .. ':wait:' .. ARGV[1])
       end
-      return {grant_fence(KEYS[2], stored), 0}
+      local fence = grant_fence(KEYS[2], stored)
+      if labelled then
+        redis.call('SET', label_key, string.format('%d', fence) .. ' ' .. ARGV[6], 'PX', ARGV[2])
+      end
+      return {fence, 0}
     end
     wait = redis.call('PTTL', KEYS[1])
   end
@@ -92,6 +108,9 @@ local wait_key = ARGV[4] .. ':wait:' .. ARGV[1]
 local ttl = ARGV[2]
 if ARGV[5] ~= '' then
   ttl = ttl .. ':' .. ARGV[5]
+end
+if labelled then
+  redis.call('SET', label_key, '0 ' .. ARGV[6], 'PX', ARGV[3])
 end
 if not redis.call('SET', wait_key, ttl, 'PX', ARGV[3], 'GET') or
     not redis.call('LPOS', KEYS[3], ARGV[1]) then

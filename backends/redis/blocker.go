@@ -45,7 +45,7 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		// Not waited on lately: most likely free. If it is held, the
 		// subscription costs a round trip anyway before we may queue.
 		sent := time.Now()
-		l, err := b.TryAcquire(ctx, req)
+		l, err := b.attempt(ctx, k, req, 0, "")
 		if !errors.Is(err, driver.ErrNotAcquired) {
 			return l, sent, err
 		}

@@ -54,6 +54,19 @@ local function grant_fence(fence_key, stored)
   return fence
 end
 
+-- relabel stamps fence on a waiter's label key ('0 <label>', written when
+-- it queued; see acquire.lua) as it is handed the lock, for ttl ms. A
+-- waiter of a version without labels has none: nothing to do.
+local function relabel(key, fence, ttl)
+  local v = redis.call('GET', key)
+  if v then
+    local lab = string.match(v, '^%d+ (.*)$')
+    if lab then
+      redis.call('SET', key, fence .. ' ' .. lab, 'PX', ttl)
+    end
+  end
+end
+
 -- live_head drops waiters whose liveness key is gone from the head of the
 -- line and returns the first live one, or false.
 local function live_head(line, base)
@@ -103,5 +116,6 @@ local function hand_off(lock, fence_key, line, channel, base, stored)
   end
   redis.call('SET', lock, h, 'PX', ttl)
   local fence = grant_fence(fence_key, stored)
+  relabel(base .. ':label:' .. h, string.format('%d', fence), ttl)
   redis.call('PUBLISH', channel, 'grant ' .. h .. ' ' .. string.format('%d', fence))
 end

@@ -18,6 +18,10 @@ type keys struct {
 // void is the key that marks an abandoned acquire attempt's token.
 func (k keys) void(token string) string { return k.base + ":void:" + token }
 
+// label is the key holding the label and fence of the lease granted to
+// token (label.lua), beside the lock key, which keeps the bare token.
+func (k keys) label(token string) string { return k.base + ":label:" + token }
+
 // wait is the liveness key of a queued waiter's token (grant.lua).
 func (k keys) wait(token string) string { return k.base + ":wait:" + token }
 
@@ -94,6 +98,9 @@ func reserved(name string) bool {
 		}
 	}
 	const tokenLen = len(":void:") + 32 // ":wait:" is as long
+	if len(name) >= len(":label:")+32 && isHex(name[len(name)-32:]) && name[len(name)-32-len(":label:"):len(name)-32] == ":label:" {
+		return true
+	}
 	if len(name) < tokenLen || !isHex(name[len(name)-32:]) {
 		return false
 	}

@@ -28,11 +28,17 @@ var (
 	abandonLua string
 	//go:embed grant.lua
 	grantLua string // the fence and waiter-queue functions the others share
+	//go:embed label.lua
+	labelLua string
+	//go:embed inspect.lua
+	inspectLua string
 
 	acquireScript = goredis.NewScript(withGrant(acquireLua))
 	releaseScript = goredis.NewScript(withGrant(releaseLua))
 	extendScript  = goredis.NewScript(extendLua)
 	abandonScript = goredis.NewScript(withGrant(abandonLua))
+	labelScript   = goredis.NewScript(labelLua)
+	inspectScript = goredis.NewScript(inspectLua)
 )
 
 // withGrant puts grant.lua where script marks it, after its common path:
@@ -81,6 +87,13 @@ var capabilities = driver.Capabilities{
 	// 1 ms on loopback); the bounds leave room for a busy machine.
 	ReleaseWake: 100 * time.Millisecond,
 	ExpiryWake:  100 * time.Millisecond,
+	// The lock key keeps the bare token (redis-py, redsync); the label and
+	// fence live beside it in <base>:label:<token>, expiring with the lock.
+	// The waiter line may hold stale entries: no waiter count.
+	Inspect: driver.InspectCaps{
+		Supported: true, Label: true, Fence: true, Remaining: true, Relabel: true,
+		LabelWhere: "key {<lock key>}:label:<token> (\"<fence> <label>\"), beside the lock key, which keeps the bare token; a redis-py/redsync holder reads as held with no label",
+	},
 }
 
 // New returns a Client that keeps its locks in Redis through client: a
@@ -142,7 +155,7 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 func (b *backend) attempt(ctx context.Context, k keys, req driver.AcquireRequest, live time.Duration, cid string) (driver.Lease, error) {
 	sent := time.Now()
 	res, err := acquireScript.Run(ctx, b.client, []string{k.lock, k.fence, k.queue},
-		req.Token, millis(req.TTL), millis(live), k.base, cid).Int64Slice()
+		req.Token, millis(req.TTL), millis(live), k.base, cid, req.Label).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("acquire script returned %v, want {fence, pttl}", res)
 	}
@@ -277,7 +290,7 @@ func (l *lease) Fence() uint64 { return l.fence }
 // Extend resets the key's expiry to ttl, only while it holds our token.
 func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 	sent := time.Now()
-	n, err := extendScript.Run(ctx, l.b.client, []string{l.k.lock}, l.token, millis(ttl)).Int64()
+	n, err := extendScript.Run(ctx, l.b.client, []string{l.k.lock, l.k.label(l.token)}, l.token, millis(ttl)).Int64()
 	if err != nil {
 		return l.b.fail(ctx, "extend", err)
 	}

@@ -42,6 +42,15 @@ if stored then
     end
     fence = string.format('%d', fence)
     redis.call('SET', KEYS[2], fence)
+    -- The waiter's label key ('0 <label>', see acquire.lua) gets the fence.
+    local lk = ARGV[3] .. ':label:' .. h
+    local lv = redis.call('GET', lk)
+    if lv then
+      local lab = string.match(lv, '^%d+ (.*)$')
+      if lab then
+        redis.call('SET', lk, fence .. ' ' .. lab, 'PX', ttl)
+      end
+    end
     redis.call('PUBLISH', channel, 'grant ' .. h .. ' ' .. fence)
     return 1
   end

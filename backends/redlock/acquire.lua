@@ -24,6 +24,9 @@
 -- here expires (its deadline is the grant plus the smaller of ARGV[4] and
 -- the TTL): a holder that stopped renewing (a stall, a crash) holds up
 -- the queue no longer than its lock.
+-- The last ARGV (ARGV[3] in a plain attempt, ARGV[6] with the queue), if
+-- given, is the lease's label: a grant stores it in KEYS[1]..'\255:label:'..
+-- token, expiring with the lock (the lock key keeps the bare token).
 local v = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
 if v[3] then
   return {0, -3}
@@ -103,4 +106,13 @@ if c <= stored then
   c = stored + 1
 end
 redis.call('SET', KEYS[2], string.format('%d', c))
+local label = nil
+if #ARGV == 3 then
+  label = ARGV[3]
+elseif #ARGV == 6 then
+  label = ARGV[6]
+end
+if label and label ~= '' then
+  redis.call('SET', KEYS[1] .. '\255:label:' .. ARGV[1], label, 'PX', ARGV[2])
+end
 return {1, c}

@@ -270,4 +270,15 @@
 // driver.QuorumAdmin (Nodes; RaiseFence: raises one primary's counter
 // alone), with which the conformance suite checks the time floor and the
 // fence write-back across diverged primaries.
+//
+// # Labels and Inspect
+//
+// Each granting primary stores the label in <lock key>\xff:label:<token>
+// (the lock key keeps the bare token, as redsync writes it), in the acquire
+// script, expiring and renewed with the lock; SetLabel rewrites it on a
+// majority. Inspect is a majority read: the lock is held when one token
+// holds it on a majority of primaries, with that token's label and, as the
+// remaining time, the majority-th longest PTTL. The fence is the acquiring
+// client's quorum decision, stored as such on no primary, so Inspect does
+// not report it; nor a waiter count.
 package redlock

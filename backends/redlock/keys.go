@@ -18,6 +18,9 @@ type keys struct {
 // void is the key that marks an abandoned acquire attempt's token.
 func (k keys) void(token string) string { return k.lock + sep + "void:" + token }
 
+// label is the key holding the label of the lease granted to token.
+func (k keys) label(token string) string { return k.lock + sep + "label:" + token }
+
 func keysFor(lock string) keys {
 	return keys{lock: lock, fence: lock + sep + "fence", channel: lock + sep + "released", queue: lock + sep + "queue", queueDL: lock + sep + "queue:deadlines"}
 }

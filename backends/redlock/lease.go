@@ -61,7 +61,7 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	ms := millis(ttl)
 	replies := l.b.fan(deadline, idx, func(ctx context.Context, i int) (int64, int64, error) {
-		v, err := extendScript.Run(ctx, l.b.nodes[i].c, []string{l.k.lock}, l.token, ms).Int64()
+		v, err := extendScript.Run(ctx, l.b.nodes[i].c, []string{l.k.lock, l.k.label(l.token)}, l.token, ms).Int64()
 		return v, 0, err
 	})
 	ok := 0

@@ -87,6 +87,14 @@ var capabilities = driver.Capabilities{
 	NodeLoss:       driver.NodeLossQuorum,
 	ReleaseWake:    100 * time.Millisecond,
 	ExpiryWake:     100 * time.Millisecond,
+	// A majority read (inspect.lua on every primary): held when one token
+	// holds a majority; its label from the key beside the lock key; the
+	// majority-th longest PTTL. The fence is the acquiring client's
+	// quorum decision, stored on no primary as such: not reported.
+	Inspect: driver.InspectCaps{
+		Supported: true, Label: true, Remaining: true, Relabel: true,
+		LabelWhere: "key <lock key>\\xff:label:<token> on each primary, beside the lock key, which keeps the bare token (redsync)",
+	},
 }
 
 var errClosed = fmt.Errorf("redlock: %w", driver.ErrClosed)
@@ -291,7 +299,7 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter str
 	k := keysFor(req.Name)
 	b.snapshot(k)
 	at := newAttempt(n)
-	args := []any{req.Token, millis(req.TTL)}
+	args := []any{req.Token, millis(req.TTL), req.Label}
 	lockKeys := []string{k.lock, k.fence, k.void(req.Token)}
 	// Primaries get at least answerWait to answer, even when the validity
 	// is shorter: a grant that comes too late is refused below (and the
@@ -303,7 +311,7 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter str
 	if mode == plain {
 		queueMode = "0"
 	}
-	leadArgs := append(slices.Clip(args), waiter, queueKeep.Milliseconds(), queueMode)
+	leadArgs := []any{req.Token, millis(req.TTL), waiter, queueKeep.Milliseconds(), queueMode, req.Label}
 	var behindFor atomic.Int64 // the lead's refusal {0, -4, ms}: ms until the place ahead ends
 	call := func(ctx context.Context, i int) (int64, int64, error) {
 		ks, as := lockKeys, args

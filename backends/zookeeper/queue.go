@@ -34,7 +34,7 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 		return nil, err
 	}
 	parent, prefix := lockPath(b.root, req.Name), nodePrefix(req.Token)
-	p, sid, first, err := b.enqueue(ctx, s, parent, prefix)
+	p, sid, first, err := b.enqueue(ctx, s, parent, prefix, []byte(req.Label))
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +78,7 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	parent, prefix := lockPath(b.root, req.Name), nodePrefix(req.Token)
 	for {
 		_, _, wake := s.state()
-		p, sid, first, err := b.enqueue(ctx, s, parent, prefix)
+		p, sid, first, err := b.enqueue(ctx, s, parent, prefix, []byte(req.Label))
 		if err != nil {
 			return nil, time.Time{}, err
 		}
@@ -235,11 +235,11 @@ func (b *backend) examine(s *session, parent, p string, sid int64, q queue, pzxi
 // not show the node we created (the create was retried, went out on
 // another connection, or the read failed or came late): the caller then
 // reads again.
-func (b *backend) enqueue(ctx context.Context, s *session, parent, prefix string) (p string, sid int64, first *look, err error) {
+func (b *backend) enqueue(ctx context.Context, s *session, parent, prefix string, data []byte) (p string, sid int64, first *look, err error) {
 	key := parent + "/" + prefix
 	wrote := s.expectCreate(key)
 	if wrote == nil { // one awaited already (cannot happen: a token per attempt)
-		p, sid, err = b.createNode(ctx, s, parent, prefix)
+		p, sid, err = b.createNode(ctx, s, parent, prefix, data)
 		return p, sid, nil, err
 	}
 	type early struct {
@@ -265,7 +265,7 @@ func (b *backend) enqueue(ctx context.Context, s *session, parent, prefix string
 		}
 		got <- e
 	}()
-	p, sid, err = b.createNode(ctx, s, parent, prefix)
+	p, sid, err = b.createNode(ctx, s, parent, prefix, data)
 	s.unexpect(key, wrote)
 	select {
 	case <-wrote:
@@ -301,7 +301,7 @@ func (b *backend) enqueue(ctx context.Context, s *session, parent, prefix string
 // parents as containers. After a connection loss it looks for our node by
 // its protected prefix instead of creating a second one; a create whose
 // outcome stays unknown is cleaned up in the background.
-func (b *backend) createNode(ctx context.Context, s *session, parent, prefix string) (string, int64, error) {
+func (b *backend) createNode(ctx context.Context, s *session, parent, prefix string, data []byte) (string, int64, error) {
 	// The create is not cut short by ctx: its outcome is waited for (up to
 	// the request timeout), so that a node created as ctx ends is known and
 	// deleted by the caller before it returns.
@@ -311,7 +311,7 @@ func (b *backend) createNode(ctx context.Context, s *session, parent, prefix str
 		// while it lasts (examine checks that it still does).
 		sid := s.currentID(ctx)
 		p, err := callLate(b, dctx, func() (string, error) {
-			return s.conn.Create(parent+"/"+prefix, nil, zk.FlagEphemeralSequential, b.acl)
+			return s.conn.Create(parent+"/"+prefix, data, zk.FlagEphemeralSequential, b.acl)
 		}, func(p string, err error) {
 			// The caller gave up: whatever got created must go.
 			if err == nil {

@@ -75,6 +75,14 @@ var capabilities = driver.Capabilities{
 	// trip. (ExpiryWake is set from the server's minimum session timeout
 	// when the backend is made.)
 	ReleaseWake: 100 * time.Millisecond,
+	// The label is the contender node's data, as Curator (the client's
+	// address) and kazoo (its identifier) use it; the lowest contender
+	// holds, the others wait. The fence (a pzxid of a read) and the
+	// remaining TTL (the holder's own timer) are not in the store.
+	Inspect: driver.InspectCaps{
+		Supported: true, Label: true, Waiters: true, Relabel: true,
+		LabelWhere: "the data of the holder's contender node, as Curator's (its address) and kazoo's (its identifier)",
+	},
 }
 
 // New returns a Client whose locks are ZooKeeper nodes on cfg.Servers. It

@@ -2,6 +2,8 @@
 // with fencing tokens on any store fencelock supports.
 //
 //	fencelock demo        [--url URL]   the stalled-worker story, unfenced vs claim-first
+//	fencelock demo election [--url URL] a paused leader replaced, its old-term write refused; failover timed
+//	fencelock inspect     --url URL NAME…  who holds a lock: label, fence, remaining TTL, waiters
 //	fencelock conformance [--url URL]   the shared conformance suite, a line per check
 //	fencelock lostupdates [--url URL]   lost updates by stall rate × fencing mode
 //	fencelock bench       [--url URL]   acquire+release, hand-off and contention numbers
@@ -29,6 +31,8 @@ const usage = `usage: fencelock <command> [flags]
 
 commands:
   demo         worker A stalls past its TTL while B takes the lock: unfenced vs claim-first
+  demo election  a leader pauses past its TTL: replaced, its old-term write refused
+  inspect      who holds a lock (label, fence, remaining TTL, waiters); --watch, --json
   conformance  run the conformance suite against a store (a line per check)
   lostupdates  the lost-update table: stall rate × {no fencing, write-only, claim-first}
   bench        acquire+release latency, hand-off latency, contended throughput
@@ -42,6 +46,7 @@ embedded store is started. Run 'fencelock <command> -h' for its flags.
 
 func main() {
 	conformance.MaybeRunChild() // the process-freeze check re-executes this binary
+	maybeRunElectionChild()     // demo election's leader process, killed by the demo
 	// go-redis logs the errors it also returns (a primary the partition
 	// checks cut off, a dial that failed) to stderr; the CLI reports them.
 	goredislog.To(nil)
@@ -55,7 +60,13 @@ func main() {
 	args := os.Args[2:]
 	switch os.Args[1] {
 	case "demo":
-		err = runDemo(ctx, args)
+		if len(args) > 0 && args[0] == "election" {
+			err = runDemoElection(ctx, args[1:])
+		} else {
+			err = runDemo(ctx, args)
+		}
+	case "inspect":
+		err = runInspect(ctx, args)
 	case "conformance":
 		err = runConformance(ctx, args)
 	case "lostupdates":

@@ -64,7 +64,13 @@ func demoTTL(c *fencelock.Client, want time.Duration) time.Duration {
 // openClients opens n clients on url sharing a fresh prefix named after
 // kind (so runs never collide); closeAll closes them.
 func openClients(ctx context.Context, url, kind string, n int) (cs []*fencelock.Client, closeAll func(), err error) {
-	prefix := fmt.Sprintf("fencelock-%s-%d/", kind, time.Now().UnixNano())
+	cs, _, closeAll, err = openPrefixedClients(ctx, url, kind, n)
+	return cs, closeAll, err
+}
+
+// openPrefixedClients is openClients that also returns the prefix.
+func openPrefixedClients(ctx context.Context, url, kind string, n int) (cs []*fencelock.Client, prefix string, closeAll func(), err error) {
+	prefix = fmt.Sprintf("fencelock-%s-%d/", kind, time.Now().UnixNano())
 	closeAll = func() {
 		for _, c := range cs {
 			c.Close()
@@ -74,11 +80,11 @@ func openClients(ctx context.Context, url, kind string, n int) (cs []*fencelock.
 		c, err := client(ctx, url, &fencelock.Options{Prefix: prefix})
 		if err != nil {
 			closeAll()
-			return nil, func() {}, err
+			return nil, "", func() {}, err
 		}
 		cs = append(cs, c)
 	}
-	return cs, closeAll, nil
+	return cs, prefix, closeAll, nil
 }
 
 // acquireReleaseLatencies measures n uncontended TryAcquire+Release on c;

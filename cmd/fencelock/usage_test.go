@@ -26,7 +26,7 @@ func TestFlagConventions(t *testing.T) {
 	defer func() { os.Stderr = stderr }()
 	ctx := context.Background()
 	cmds := map[string]func(context.Context, []string) error{
-		"demo": runDemo, "conformance": runConformance, "lostupdates": runLostUpdates, "bench": runBench, "compare": runCompare, "torture": runTorture,
+		"demo": runDemo, "demo election": runDemoElection, "inspect": runInspect, "conformance": runConformance, "lostupdates": runLostUpdates, "bench": runBench, "compare": runCompare, "torture": runTorture,
 	}
 	for name, run := range cmds {
 		if err := run(ctx, []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
@@ -34,6 +34,14 @@ func TestFlagConventions(t *testing.T) {
 		}
 	}
 	var ue usageError
+	for _, args := range [][]string{{"name"}, {"--url", "mem://x"}, {"--url", "mem://x", "--watch", "-1s", "n"}, {"--nosuchflag"}} {
+		if err := runInspect(ctx, args); !errors.As(err, &ue) {
+			t.Errorf("inspect %v: got %v, want a usage error", args, err)
+		}
+	}
+	if err := runDemoElection(ctx, []string{"extra"}); !errors.As(err, &ue) {
+		t.Errorf("demo election extra: got %v, want a usage error", err)
+	}
 	if err := runConformance(ctx, []string{"--url", "mem://x", "--run", "NoSuchCheck"}); !errors.As(err, &ue) {
 		t.Errorf("conformance --run NoSuchCheck: got %v, want a usage error", err)
 	}

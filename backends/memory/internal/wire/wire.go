@@ -13,12 +13,15 @@ const (
 
 // Args is every call's argument.
 type Args struct {
-	Name, Token string
-	TTL         time.Duration
+	Name, Token, Label string
+	TTL                time.Duration
 }
 
 // Reply is every call's result.
 type Reply struct {
-	Code  int
-	Fence uint64
+	Code      int
+	Fence     uint64
+	Held      bool          // Inspect
+	Label     string        // Inspect
+	Remaining time.Duration // Inspect
 }

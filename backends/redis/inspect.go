@@ -1,0 +1,60 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+var (
+	_ driver.Inspector = (*backend)(nil)
+	_ driver.Relabeler = (*lease)(nil)
+)
+
+// SetLabel implements driver.Relabeler: it rewrites the key beside the
+// lock key that holds the lease's fence and label, while the lock holds
+// our token.
+func (l *lease) SetLabel(ctx context.Context, label string) error {
+	v := strconv.FormatUint(l.fence, 10) + " " + label
+	n, err := labelScript.Run(ctx, l.b.client, []string{l.k.lock, l.k.label(l.token)}, l.token, v).Int64()
+	if err != nil {
+		return l.b.fail(ctx, "label", err)
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: the Redis key no longer holds this lease's token", driver.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Inspect implements driver.Inspector with one read-only script: the
+// lock key's holder, its PTTL, and the holder's label key. A holder that
+// is not a fencelock client (redis-py, redsync) reads as held, with no
+// label and fence 0.
+func (b *backend) Inspect(ctx context.Context, name string) (driver.LockInfo, error) {
+	k := keysFor(name)
+	res, err := inspectScript.Run(ctx, b.client, []string{k.lock}, k.base).Slice()
+	if err != nil {
+		return driver.LockInfo{}, b.fail(ctx, "inspect", err)
+	}
+	if len(res) == 0 || res[0] != int64(1) {
+		return driver.LockInfo{Waiters: -1}, nil
+	}
+	info := driver.LockInfo{Held: true, Waiters: -1}
+	if len(res) > 1 {
+		if pttl, ok := res[1].(int64); ok && pttl > 0 {
+			info.Remaining = time.Duration(pttl) * time.Millisecond
+		}
+	}
+	if len(res) > 2 {
+		if v, ok := res[2].(string); ok {
+			f, lab, _ := strings.Cut(v, " ")
+			info.Fence, _ = strconv.ParseUint(f, 10, 64)
+			info.Label = lab
+		}
+	}
+	return info, nil
+}

@@ -1,0 +1,16 @@
+-- fencelock label: store a held lease's label and fence beside the lock
+-- key (which keeps the bare token, for redis-py and redsync), only while
+-- the lock holds our token, expiring with the lock.
+-- KEYS[1] lock key   KEYS[2] the token's label key <base>:label:<token>
+-- ARGV[1] owner token   ARGV[2] '<fence> <label>'
+-- Returns 1 when stored, 0 when the lock was no longer ours.
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl > 0 then
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', pttl)
+else
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+return 1
