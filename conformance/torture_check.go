@@ -31,7 +31,8 @@ func (v Violation) String() string {
 //     between);
 //   - fence: fences on a name strictly increase in grant order;
 //   - after-grant: no Extend or Release of a lease succeeds after the
-//     name was granted to another;
+//     name was granted to another (a lease with a higher fence whose
+//     grant returned before the Extend or Release was sent);
 //   - ended-waiter: a waiter whose ctx ended holds nothing: its Client's
 //     TryAcquire right after is not refused while nobody else can hold
 //     the name;
@@ -150,7 +151,12 @@ func checkAfterGrant(ops []Op) []Violation {
 		}
 		a := byID[x.Lease]
 		for _, b := range grants[x.Name] {
-			if b.ID != a.ID && b.Complete > a.Complete && b.Complete < x.Invoke {
+			// b came after a in the store's grant order when its fence is
+			// higher (the fence check holds that order to the grants); its
+			// reply may come later than a's even when the store granted it
+			// first (a grant whose reply a fault delayed), so reply times
+			// cannot order them.
+			if b.ID != a.ID && b.Fence > a.Fence && b.Complete < x.Invoke {
 				vs = append(vs, Violation{Check: "after-grant", Name: x.Name, Ops: []int64{a.ID, b.ID, x.ID}, From: a.Invoke, To: x.Complete,
 					Msg: fmt.Sprintf("%s of op %d's lease (worker %d, fence %d) succeeded after op %d (worker %d, fence %d) was granted the name", x.Kind, a.ID, a.Worker, a.Fence, b.ID, b.Worker, b.Fence)})
 				break

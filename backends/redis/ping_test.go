@@ -1,13 +1,24 @@
 package redis
 
-import "testing"
+import (
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock/internal/redisx"
+)
 
 // TestRepingForgetsOldPing: a waiter pinged again after a connection
 // break (mark) must not have its new pong closed by the reply to its old
 // PING, nor closed twice when both replies come (the torture run found
 // "close of closed channel" after a proxy reset).
 func TestRepingForgetsOldPing(t *testing.T) {
-	h := &hub{pings: map[string]*waiter{}, chans: map[string]map[*waiter]struct{}{}, confirmed: map[string]uint64{}}
+	// The PINGs go to a connection nobody answers: the test plays the replies.
+	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
+	defer client.Close()
+	sub := redisx.NewSub(client, redisx.Handlers{Message: func(string, string) {}, Pong: func(string) {}, Broken: func() {}})
+	defer sub.Close()
+	h := &hub{sub: sub, pings: map[string]*waiter{}, chans: map[string]map[*waiter]struct{}{}, confirmed: map[string]uint64{}}
 	w := &waiter{channel: "c"}
 	h.pingLocked(w)
 	old := w.ping
