@@ -25,7 +25,8 @@
 -- the TTL): a holder that stopped renewing (a stall, a crash) holds up
 -- the queue no longer than its lock.
 -- The last ARGV (ARGV[3] in a plain attempt, ARGV[6] with the queue), if
--- given, is the lease's label: a grant stores it in KEYS[1]..'\255:label:'..
+-- given, is the lease's label as '<version> <label>' (version 0 at the
+-- grant; see label.lua): a grant stores it in KEYS[1]..'\255:label:'..
 -- token, expiring with the lock (the lock key keeps the bare token).
 local v = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
 if v[3] then

@@ -28,3 +28,6 @@ func QueueKey(lock string) string { return keysFor(lock).queue }
 // QueueDeadlinesKey is the hash of the queued Acquires' deadlines on the
 // lead primary.
 func QueueDeadlinesKey(lock string) string { return keysFor(lock).queueDL }
+
+// LabelKey is the key holding the label of the lease granted to token.
+func LabelKey(lock, token string) string { return keysFor(lock).label(token) }

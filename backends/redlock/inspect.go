@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -30,7 +32,33 @@ var (
 
 type seen struct {
 	token, label string
+	version      uint64 // the label's version (labelValue)
 	pttl         time.Duration
+}
+
+// labelValue is what the label key holds: "<version> <label>". The grant
+// writes version 0 and each SetLabel the next version, so that Inspect,
+// which may read primaries a relabel has not reached yet (it is done on a
+// majority), reports the newest label among the primaries it read.
+func labelValue(version uint64, label string) string {
+	if version == 0 && label == "" {
+		return "" // nothing to store
+	}
+	return strconv.FormatUint(version, 10) + " " + label
+}
+
+// parseLabel splits a label key's value; a value without a version (as
+// written before versions) is version 0.
+func parseLabel(v string) (uint64, string) {
+	ver, label, ok := strings.Cut(v, " ")
+	if !ok {
+		return 0, v
+	}
+	n, err := strconv.ParseUint(ver, 10, 64)
+	if err != nil {
+		return 0, v
+	}
+	return n, label
 }
 
 // Inspect implements driver.Inspector with a majority read: every primary
@@ -38,7 +66,9 @@ type seen struct {
 // holds it on a majority (as a grant needs), with that token's label (a
 // key beside the lock key, written by the grant) and, as the remaining
 // time, the majority-th longest PTTL among those primaries: the lock is
-// held while a majority keeps it. Fences are decided by the client that
+// held while a majority keeps it. The label is the newest version among
+// those primaries (a SetLabel that returned reached a majority, and any
+// two majorities share a primary). Fences are decided by the client that
 // acquired, not stored per lease: not reported.
 func (b *backend) Inspect(ctx context.Context, name string) (driver.LockInfo, error) {
 	n, q := len(b.nodes), b.quorum
@@ -55,7 +85,8 @@ func (b *backend) Inspect(ctx context.Context, name string) (driver.LockInfo, er
 			if p, ok := res[1].(int64); ok && p > 0 {
 				s.pttl = time.Duration(p) * time.Millisecond
 			}
-			s.label, _ = res[2].(string)
+			raw, _ := res[2].(string)
+			s.version, s.label = parseLabel(raw)
 			got[i] = s
 		}
 		return 1, 0, nil
@@ -89,10 +120,11 @@ func (b *backend) Inspect(ctx context.Context, name string) (driver.LockInfo, er
 		}
 		pttls := make([]time.Duration, len(ss))
 		info := driver.LockInfo{Held: true, Waiters: -1}
+		var newest uint64
 		for i, s := range ss {
 			pttls[i] = s.pttl
-			if info.Label == "" {
-				info.Label = s.label
+			if i == 0 || s.version > newest {
+				newest, info.Label = s.version, s.label
 			}
 		}
 		slices.Sort(pttls)
@@ -109,8 +141,10 @@ func (b *backend) Inspect(ctx context.Context, name string) (driver.LockInfo, er
 func (l *lease) SetLabel(ctx context.Context, label string) error {
 	n, q := len(l.b.nodes), l.b.quorum
 	idx, notOurs := l.targets()
+	ver := l.labelVersion.Add(1)
+	value := labelValue(ver, label)
 	replies := l.b.fan(deadlineOf(ctx, answerWait), idx, func(ctx context.Context, i int) (int64, int64, error) {
-		v, err := labelScript.Run(ctx, l.b.nodes[i].c, []string{l.k.lock, l.k.label(l.token)}, l.token, label).Int64()
+		v, err := labelScript.Run(ctx, l.b.nodes[i].c, []string{l.k.lock, l.k.label(l.token)}, l.token, value, ver).Int64()
 		return v, 0, err
 	})
 	ok := 0

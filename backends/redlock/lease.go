@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
@@ -21,6 +22,8 @@ type lease struct {
 	// waiter is the blocked Acquire's id in the lead primary's queue ("":
 	// TryAcquire); the release takes it out (see try).
 	waiter string
+
+	labelVersion atomic.Uint64 // the last SetLabel's version (labelValue)
 }
 
 func (l *lease) Fence() uint64 { return l.fence }

@@ -93,7 +93,7 @@ var capabilities = driver.Capabilities{
 	// quorum decision, stored on no primary as such: not reported.
 	Inspect: driver.InspectCaps{
 		Supported: true, Label: true, Remaining: true, Relabel: true,
-		LabelWhere: "key <lock key>\\xff:label:<token> on each primary, beside the lock key, which keeps the bare token (redsync)",
+		LabelWhere: "key <lock key>\\xff:label:<token> on each primary, value \"<version> <label>\", beside the lock key, which keeps the bare token (redsync)",
 	},
 }
 
@@ -299,7 +299,7 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter str
 	k := keysFor(req.Name)
 	b.snapshot(k)
 	at := newAttempt(n)
-	args := []any{req.Token, millis(req.TTL), req.Label}
+	args := []any{req.Token, millis(req.TTL), labelValue(0, req.Label)}
 	lockKeys := []string{k.lock, k.fence, k.void(req.Token)}
 	// Primaries get at least answerWait to answer, even when the validity
 	// is shorter: a grant that comes too late is refused below (and the
@@ -311,7 +311,7 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter str
 	if mode == plain {
 		queueMode = "0"
 	}
-	leadArgs := []any{req.Token, millis(req.TTL), waiter, queueKeep.Milliseconds(), queueMode, req.Label}
+	leadArgs := []any{req.Token, millis(req.TTL), waiter, queueKeep.Milliseconds(), queueMode, labelValue(0, req.Label)}
 	var behindFor atomic.Int64 // the lead's refusal {0, -4, ms}: ms until the place ahead ends
 	call := func(ctx context.Context, i int) (int64, int64, error) {
 		ks, as := lockKeys, args
