@@ -12,6 +12,7 @@ setup:
 # whole repo must build for macOS and Windows too.
 test: setup crossbuild
 	$(GO) test -race -count=1 -timeout 25m ./...
+	$(GO) test -count=1 -timeout 5m -run '^TestTortureEnsemble$$' ./backends/zookeeper/
 	if [ -f bench/go.mod ]; then cd bench && $(GO) test -race -count=1 -timeout 10m ./...; fi
 
 # Build every package for darwin and windows (test servers, the freeze

@@ -23,10 +23,10 @@ func (b *backend) Expire(ctx context.Context, key string) error {
 		return err
 	}
 	parent := LockPath(b.root, key)
-	children, err := call(b, ctx, func() ([]string, error) {
+	children, err := call(b, ctx, synced(s, parent, func() ([]string, error) {
 		c, _, err := s.conn.Children(parent)
 		return c, err
-	})
+	}))
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil
 	}
@@ -79,10 +79,10 @@ func (b *backend) Waiters(ctx context.Context, key string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	children, err := call(b, ctx, func() ([]string, error) {
+	children, err := call(b, ctx, synced(s, LockPath(b.root, key), func() ([]string, error) {
 		c, _, err := s.conn.Children(LockPath(b.root, key))
 		return c, err
-	})
+	}))
 	if errors.Is(err, zk.ErrNoNode) {
 		return 0, nil
 	}

@@ -80,6 +80,12 @@
 // number is not used as a fence: it restarts when the container parent is
 // made again.
 //
+// A read that decides about another client's write (Extend: is our node
+// still there? Inspect, and the admin's Expire: who holds now?) is sent
+// after a sync on the same session, so a follower that lags the leader
+// answers it only once it has caught up: such a read sees every write
+// committed before it was sent, as on a single server.
+//
 // # Sessions and TTLs
 //
 // A lease lives as long as its ephemeral node, which lives as long as the

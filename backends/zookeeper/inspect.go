@@ -17,7 +17,8 @@ var (
 // Inspect implements driver.Inspector: the children of the lock path (the
 // lowest contender holds, the others wait: Curator's, go-zookeeper's and
 // kazoo's nodes count, as for the recipe) and the holder node's data, its
-// label. A holder that let go between the two reads is read again.
+// label, read after a sync (see synced). A holder that let go between the
+// two reads is read again.
 func (b *backend) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
 	if err := b.begin(); err != nil {
 		return driver.LockInfo{}, err
@@ -29,10 +30,10 @@ func (b *backend) Inspect(ctx context.Context, key string) (driver.LockInfo, err
 	}
 	parent := LockPath(b.root, key)
 	for attempt := 0; ; attempt++ {
-		children, err := call(b, ctx, func() ([]string, error) {
+		children, err := call(b, ctx, synced(s, parent, func() ([]string, error) {
 			c, _, err := s.conn.Children(parent)
 			return c, err
-		})
+		}))
 		if errors.Is(err, zk.ErrNoNode) {
 			return driver.LockInfo{}, nil
 		}

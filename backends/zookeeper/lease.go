@@ -114,10 +114,10 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 		ok   bool
 		stat *zk.Stat
 	}
-	r, err := call(b, ctx, func() (ex, error) {
+	r, err := call(b, ctx, synced(l.s, l.path, func() (ex, error) {
 		ok, st, err := l.s.conn.Exists(l.path)
 		return ex{ok, st}, err
-	})
+	}))
 	if errors.Is(err, zk.ErrSessionExpired) {
 		l.markLost()
 		return fmt.Errorf("%w: zookeeper session %#x expired", driver.ErrLeaseLost, l.sid)
