@@ -1,6 +1,7 @@
 package conformance_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/xml"
 	"errors"
@@ -26,12 +27,20 @@ import (
 // mutants_test.go) must be caught by the torture run's checker within a
 // CI-sized run, and the unmutated driver must pass the same run.
 
-// tortureMutants, each a defect the issue names.
-var tortureMutants = []struct{ name, defect, check string }{
-	{"DoubleGrant", "1 in 500 refused TryAcquire attempts is granted anyway", "overlap"},
-	{"FenceRepeatsAfterRestart", "fences live in memory: a store restart starts every name's fences over", "fence"},
-	{"ExtendSucceedsAfterLoss", "Extend reports success for a lease the store dropped (and no loss notification)", "after-grant"},
-	{"NeverWakes", "a blocked Acquire's waiter is never woken: it waits until its ctx ends", "liveness"},
+// tortureMutants, each a defect the issue names, and how long its run
+// lasts (0: tortureDuration).
+var tortureMutants = []struct {
+	name, defect, check string
+	runFor              time.Duration
+}{
+	{"DoubleGrant", "1 in 500 refused TryAcquire attempts is granted anyway", "overlap", 0},
+	{"FenceRepeatsAfterRestart", "fences live in memory: a store restart starts every name's fences over", "fence", 0},
+	// The lie shows only when an admin expire drops a holder, another
+	// worker is granted the name, and the dropped holder then extends
+	// before its local deadline: caught at 0.35-3.5 s on a quiet machine
+	// (8 of 8 runs), and once not within 15 s beside a full CI run.
+	{"ExtendSucceedsAfterLoss", "Extend reports success for a lease the store dropped (and no loss notification)", "after-grant", 2 * tortureDuration},
+	{"NeverWakes", "a blocked Acquire's waiter is never woken: it waits until its ctx ends", "liveness", 0},
 }
 
 // tortureDuration is each mutant run's random phase.
@@ -57,7 +66,7 @@ func TestTortureMemMutants(t *testing.T) {
 	for _, m := range tortureMutants {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			res := tortureMem(t, m.name, 24)
+			res := tortureMemFor(t, m.name, 24, cmp.Or(m.runFor, tortureDuration))
 			var b strings.Builder
 			res.WriteReport(&b, "")
 			first := time.Duration(-1)
