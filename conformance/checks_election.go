@@ -19,6 +19,7 @@ func init() {
 		check{name: "ElectionObserveInOrder", run: testElectionObserve},
 		check{name: "ElectionResignHandsOver", run: testElectionResign},
 		check{name: "ElectionFrozenLeaderReplaced", run: testElectionFrozen},
+		check{name: "ElectionLeaderProcessFrozen", run: testElectionProcessFreeze},
 	)
 }
 

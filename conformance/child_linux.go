@@ -26,15 +26,25 @@ type holderChild struct {
 // startHolderChild starts the child on name; at the check's cleanup it is
 // resumed (if stopped), killed and reaped.
 func startHolderChild(t TB, e *env, name string) *holderChild {
+	return startChild(t, e, freezeSpec{Name: name})
+}
+
+// startChild starts the child on spec, its URL, Prefix and TTL (if zero)
+// filled in from e.
+func startChild(t TB, e *env, spec freezeSpec) *holderChild {
 	bin, err := exe()
 	mustNil(t, err, "os.Executable")
 	var args []string
 	if r, ok := t.(*runT); ok && r.top != "" && r.test != nil {
 		args = []string{"-test.run=^" + r.top + "$", "-test.count=1"}
 	}
-	spec, _ := json.Marshal(freezeSpec{URL: e.h.URL(), Prefix: e.prefix, Name: name, TTL: e.ttl})
+	spec.URL, spec.Prefix = e.h.URL(), e.prefix
+	if spec.TTL == 0 {
+		spec.TTL = e.ttl
+	}
+	js, _ := json.Marshal(spec)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), freezeEnv+"="+string(spec))
+	cmd.Env = append(os.Environ(), freezeEnv+"="+string(js))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	mustNil(t, err, "StdoutPipe")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/election"
 )
 
 func init() {
@@ -23,6 +24,9 @@ const freezeEnv = "FENCELOCK_FREEZE_CHILD"
 type freezeSpec struct {
 	URL, Prefix, Name string
 	TTL               time.Duration
+	// Election: the child campaigns on Name (package election) instead of
+	// acquiring it, and reports its term.
+	Election bool
 }
 
 // MaybeRunChild runs the process-freeze child and exits if this process was
@@ -64,6 +68,10 @@ func freezeChild(s freezeSpec) {
 		return
 	}
 	defer c.Close()
+	if s.Election {
+		frozenLeader(ctx, c, s)
+		return
+	}
 	l, err := c.TryAcquire(ctx, s.Name, &fencelock.AcquireOptions{TTL: s.TTL})
 	if err != nil {
 		say("ERROR", strings.ReplaceAll(err.Error(), "\n", " "))
@@ -81,4 +89,37 @@ func freezeChild(s freezeSpec) {
 	// A resumed worker that does not check its lease writes anyway: the
 	// parent applies the write to the guarded resource with this fence.
 	say("WRITE", uint64(l.Fence()))
+}
+
+// frozenLeader is freezeChild as a leader: it campaigns (auto-renew on),
+// is frozen by the parent, and once resumed reports whether its term
+// ended, what a Proclaim and a Resign return, and the term its write
+// carries.
+func frozenLeader(ctx context.Context, c *fencelock.Client, s freezeSpec) {
+	el, err := election.New(c, s.Name, &election.Options{TTL: s.TTL})
+	if err != nil {
+		say("ERROR", strings.ReplaceAll(err.Error(), "\n", " "))
+		return
+	}
+	t, err := el.Campaign(ctx, "frozen")
+	if err != nil {
+		say("ERROR", strings.ReplaceAll(err.Error(), "\n", " "))
+		return
+	}
+	say("ACQUIRED", uint64(t.Fence()), t.ValidUntil().UnixNano())
+	select { // the parent freezes this process now
+	case <-t.Done():
+	case <-time.After(20*s.TTL + 30*time.Second):
+	}
+	say("ENDED", errors.Is(t.Err(), fencelock.ErrLeaseLost))
+	switch err := t.Proclaim(ctx, "frozen-again"); {
+	case errors.Is(err, fencelock.ErrLeaseLost):
+		say("PROCLAIM", "lost")
+	case errors.Is(err, errors.ErrUnsupported):
+		say("PROCLAIM", "unsupported")
+	default:
+		say("PROCLAIM", fmt.Sprintf("%q", fmt.Sprint(err)))
+	}
+	say("RELEASE", errors.Is(t.Resign(ctx), fencelock.ErrLeaseLost))
+	say("WRITE", uint64(t.Fence()))
 }
