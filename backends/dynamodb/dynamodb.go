@@ -12,7 +12,7 @@ package dynamodb
 //     waits (the first waiter in line conditions on waitQueue[0] = <its
 //     entry> instead, and the write removes that entry). ReturnValues
 //     gives the new fence. A refused write is followed by one consistent GetItem that
-//     records what holds the lock and who waits (the observation, below).
+//     records what holds the lock and who waits (the observation: see Expiry by observation, atop observe.go).
 //   - Heartbeat (Extend): one UpdateItem conditional on our version and
 //     ownerName, writing a new version and leaseDuration.
 //   - Release: one UpdateItem conditional on our version and ownerName,

@@ -42,7 +42,7 @@ package etcd
 // them, and a renewal waits at most refreshGap longer. A keepalive proves
 // only that the class lease lives, not that our key is still on it (it
 // may have been deleted and the lock granted to another client), and the
-// shared loss watch (below) may lag, so neither is trusted: with each
+// shared loss watch (Waiting and loss, atop watch.go) may lag, so neither is trusted: with each
 // keepalive that renewals joined goes one linearizable read of their keys
 // (a read-only Txn of up to 128 keys-only Gets, served without a raft
 // write), sent right after the keepalive so that the two overlap. A

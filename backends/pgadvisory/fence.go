@@ -57,7 +57,7 @@ package pgadvisory
 // connection, which ends the session and frees a session-level hold too.
 //
 // Config.NoFenceFlush (fence_flush=false) uses the lease transaction's own
-// ID, taken in the query shown under "Lease = transaction": no WAL flush per
+// ID, taken in the query shown under "Lease = transaction" (atop pgadvisory.go): no WAL flush per
 // grant, and FenceBestEffort. Both kinds of fence are IDs assigned while the
 // lock was held, so clients with and without the flush, and older versions
 // of this package (whose strict fence was the lease transaction's ID), may

@@ -11,7 +11,7 @@ package pgadvisory
 //	       CASE WHEN pg_try_advisory_xact_lock(<key>) THEN pg_current_xact_id() END;
 //
 // is the query with the fence flush off; with it on (the default) the same
-// query first makes the fence durable (see Fence). The connection stays
+// query first makes the fence durable (see Fence, atop fence.go). The connection stays
 // checked out, idle in that transaction, until the
 // lease ends; each held lease and each waiting Acquire uses one connection
 // of the pool, so size pool_max_conns for them (pgx's default is the larger
@@ -47,7 +47,7 @@ package pgadvisory
 // TTL is MaxTTL (the setting's limit, about 24.8 days).
 //
 // Blocking Acquire waits in the server's own lock queue (pg_advisory_lock
-// with the fence flush on, see Fence; pg_advisory_xact_lock with it off;
+// with the fence flush on, see Fence atop fence.go; pg_advisory_xact_lock with it off;
 // one FIFO queue for both): a waiter is granted the moment the holder
 // commits, without polling. statement_timeout and lock_timeout are lifted
 // for the wait and restored after it. A cancelled wait sends a cancel request, then closes its

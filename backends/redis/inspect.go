@@ -4,7 +4,7 @@ package redis
 //
 // The lock key keeps the bare token, so redis-py and redsync still read and
 // release it as theirs. The label lives beside it, in
-// B:label:<token> ("<fence> <label>", B the lock's base as above), written
+// B:label:<token> ("<fence> <label>", B the lock's base, see Keys atop keys.go), written
 // by the script that grants (acquire.lua, or the release that hands a
 // waiter the lock: a queued waiter writes "0 <label>" there when it queues,
 // and the hand-off stamps the fence), expiring with the lock and renewed

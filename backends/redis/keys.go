@@ -20,12 +20,12 @@ package redis
 //     integer, has no TTL and is never deleted (release and expiry leave it;
 //     one small key per lock name ever used).
 //   - Release channel B:released: a release that found waiters' entries
-//     but none of them live PUBLISHes K on it (see Waiting).
+//     but none of them live PUBLISHes K on it (see Waiting, atop waiter.go).
 //   - Void key B:void:<token>, only after an acquire attempt whose reply was
-//     lost (see Operations); it expires after 5 minutes.
+//     lost (see Operations, atop redis.go); it expires after 5 minutes.
 //   - Waiter line B:line:fencelock if B is K itself (K has a hash tag),
 //     else B:line:k:fencelock, and liveness keys B:wait:<token>, only
-//     while Acquire calls wait (see Waiting). Two lock keys can share B
+//     while Acquire calls wait (see Waiting, atop waiter.go). Two lock keys can share B
 //     ("x" and "{x}"); the two suffixes keep their lines apart.
 //
 // All these keys share a hash tag of K's slot, so every script touches one

@@ -22,7 +22,7 @@ package redis
 //     error wraps ErrIndeterminate: the lock may stay held until its TTL.
 //   - Release: only if K holds our token, hand it to the first live waiter
 //     in line, or delete it (compare-and-delete; a PUBLISHed release notice
-//     if the line held only dead waiters, see Waiting). Otherwise
+//     if the line held only dead waiters, see Waiting atop waiter.go). Otherwise
 //     ErrLeaseLost; another holder's lock is never touched. With nobody in
 //     line it costs one MGET (lock and fence keys), an LPOP of the line and
 //     the DEL; a hand-off, the MGET, the LPOP, GETDEL of the waiter's

@@ -5,7 +5,7 @@ package redis
 // A blocked Acquire waits in line on the server, and a release hands the
 // lock straight to the first live waiter, in the release script itself:
 //
-//   - Waiter line (B:line:fencelock, see Keys), a list of waiting tokens in
+//   - Waiter line (B:line:fencelock, see Keys atop keys.go), a list of waiting tokens in
 //     arrival order, and per waiter a liveness key B:wait:<token> holding
 //     the TTL to grant it with. The liveness key expires unless the waiter
 //     refreshes it (every TTL/4, at most every second; it lasts three
