@@ -28,7 +28,7 @@ const childPrefix = "TORTURE "
 // childCmd is one command to the child.
 type childCmd struct {
 	ID      int64         `json:"id"`
-	Op      string        `json:"op"` // try, acquire, extend, release
+	Op      string        `json:"op"` // try, acquire, extend, release, ping
 	Name    string        `json:"name,omitempty"`
 	Lease   int64         `json:"lease,omitempty"` // extend, release: the child's lease number
 	TTL     time.Duration `json:"ttl,omitempty"`
@@ -148,6 +148,7 @@ func (ch *childServer) do(ctx context.Context, cmd childCmd, got time.Time) {
 			delete(ch.leases, cmd.Lease)
 			ch.mu.Unlock()
 		}
+	case "ping":
 	default:
 		err = fmt.Errorf("%w: unknown op %q", fencelock.ErrInvalid, cmd.Op)
 	}
@@ -188,7 +189,39 @@ type childProc struct {
 	nextID  int64
 	pending map[int64]chan childMsg
 	leases  map[int64]*childLease
+	granted chan struct{} // closed (and replaced) at each grant
 	exited  chan struct{} // closed when the child's stdout ended
+}
+
+// ping returns once the child answered a no-op: the worker's
+// application code runs only while the child runs, as if it were in
+// the child (a frozen child's register write happens after it resumes).
+func (p *childProc) ping(ctx context.Context) {
+	_, _, _ = p.call(ctx, childCmd{Op: "ping"})
+}
+
+// waitHolding returns once the child holds a lease (as far as the
+// parent knows), or after d.
+func (p *childProc) waitHolding(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		p.mu.Lock()
+		n, ch := len(p.leases), p.granted
+		p.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-p.exited:
+			return
+		}
+	}
 }
 
 var errChildGone = errors.New("torture child process exited")
@@ -315,6 +348,8 @@ func (p *childProc) acquire(ctx context.Context, op, name string, ao *fencelock.
 		l.end(errChildGone, l.validUntil)
 	default:
 		p.leases[m.Lease] = l
+		close(p.granted)
+		p.granted = make(chan struct{})
 	}
 	p.mu.Unlock()
 	return l, nil

@@ -39,7 +39,7 @@ func startTortureChild(url, prefix string, ttl time.Duration, args []string) (*c
 	}
 	reaped := make(chan struct{})
 	p := &childProc{in: in, signal: cmd.Process.Signal, pid: cmd.Process.Pid,
-		pending: map[int64]chan childMsg{}, leases: map[int64]*childLease{}, exited: make(chan struct{})}
+		pending: map[int64]chan childMsg{}, leases: map[int64]*childLease{}, granted: make(chan struct{}), exited: make(chan struct{})}
 	p.kill = func() {
 		_ = in.Close()
 		_ = cmd.Process.Signal(syscall.SIGCONT)

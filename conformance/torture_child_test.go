@@ -7,10 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,15 +31,20 @@ import (
 // the same run with a sound child must pass.
 
 // childMutants: each defect is in the child's driver only.
-var childMutants = []struct{ name, defect, check string }{
+var childMutants = []struct {
+	name, defect string
+	checks       []string
+}{
 	// Resumed after its lease's store TTL ran out (another worker was
-	// granted the name meanwhile), the child's renewal or next Extend
-	// is told the lease is gone and reports success anyway.
-	{"ExtendSucceedsAfterLoss", "Extend reports success for a lease the store dropped (no loss notification)", "after-grant"},
+	// granted the name meanwhile), the child's renewal or its Extend in
+	// flight is told the lease is gone and reports success anyway: the
+	// child believes on (overlap), or its next Extend succeeds
+	// (after-grant).
+	{"ExtendSucceedsAfterLoss", "Extend reports success for a lease the store dropped (no loss notification)", []string{"overlap", "after-grant"}},
 	// The store keeps the child's locks for 60% of the TTL asked: a
 	// child frozen while holding still believes (until its ValidUntil)
 	// after another worker was granted the name.
-	{"StoreExpiresEarly", "the store keeps the child's locks for 60% of the TTL asked", "overlap"},
+	{"StoreExpiresEarly", "the store keeps the child's locks for 60% of the TTL asked", []string{"overlap"}},
 }
 
 // childTortureDuration: the CI torture's length.
@@ -80,16 +86,16 @@ func TestTortureFrozenClientMutants(t *testing.T) {
 			res := tortureFrozenChild(t, m.name, 24)
 			var b strings.Builder
 			res.WriteReport(&b, "")
-			first := time.Duration(-1)
+			first, check := time.Duration(-1), ""
 			for _, v := range res.Violations {
-				if v.Check == m.check && (first < 0 || v.To < first) {
-					first = v.To
+				if slices.Contains(m.checks, v.Check) && (first < 0 || v.To < first) {
+					first, check = v.To, v.Check
 				}
 			}
 			if first < 0 {
-				t.Fatalf("child mutant %s (%s) was not caught by the %s check:\n%s", m.name, m.defect, m.check, b.String())
+				t.Fatalf("child mutant %s (%s) was not caught by the %v checks:\n%s", m.name, m.defect, m.checks, b.String())
 			}
-			t.Logf("child mutant %s caught by the %s check at %v of the run (%d ops, %d faults):\n%s", m.name, m.check, first.Round(time.Millisecond), res.Ops(), res.FaultCount(), b.String())
+			t.Logf("child mutant %s caught by the %s check at %v of the run (%d ops, %d faults):\n%s", m.name, check, first.Round(time.Millisecond), res.Ops(), res.FaultCount(), b.String())
 		})
 	}
 }
@@ -226,4 +232,3 @@ func (l *lyingLease) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 func (l *lyingLease) Release(ctx context.Context) error { return l.l.Release(ctx) }
-

@@ -143,7 +143,10 @@ func (r *run) apply(ctx context.Context, p plannedFault) {
 		// The client process stops where it is (its renewals, its
 		// replies in flight) for a drawn duration, often past the TTL;
 		// its monotonic clock runs on, so resumed, it finds its local
-		// deadlines passed.
+		// deadlines passed. It starts once the child holds a lease (or
+		// after 2×TTL without one): a freeze matters most to a holder.
+		r.child.waitHolding(ctx, 2*r.eff)
+		f.Start = r.hist.now()
 		f.Target = fmt.Sprintf("client %d (process %d)", r.hist.Meta.Child, r.child.pid)
 		if err := r.child.freeze(); err != nil {
 			f.Target += " (failed: " + err.Error() + ")"

@@ -240,6 +240,9 @@ func (w *worker) regOp(ctx context.Context, kind, reg string, lease int64, f fen
 	r := w.r
 	octx, cancel := context.WithTimeout(ctx, r.opTimeout())
 	defer cancel()
+	if p, ok := w.c.(*childProc); ok {
+		p.ping(octx)
+	}
 	op := &Op{Worker: w.k, Client: w.client, Kind: kind, Name: reg, Lease: lease, Fence: uint64(f), Arg: arg, Invoke: r.hist.now()}
 	v, err := do(octx)
 	op.Complete, op.Value, op.Result, op.Err = r.hist.now(), v, classify(err), errText(err)
