@@ -268,6 +268,18 @@ func (l *Lease) renew() {
 // schedules the next renewal. Callers hold the op slot (lockOp).
 func (l *Lease) storeExtend(ctx context.Context, ttl time.Duration) error {
 	sent := time.Now()
+	// From the moment the request leaves, the store may keep the lock
+	// only until sent+ttl: a shorter TTL moves the deadline earlier now,
+	// not at the reply, or a holder stalled before it processes the reply
+	// (a paused process, a long GC pause) would believe past the store.
+	l.mu.Lock()
+	if vu := sent.Add(ttl - l.c.drift(ttl)); vu.Before(l.validUntil) {
+		l.validUntil = vu
+		if l.expiryTimer != nil {
+			l.expiryTimer.Reset(time.Until(vu))
+		}
+	}
+	l.mu.Unlock()
 	err := l.dl.Extend(ctx, ttl)
 	if errors.Is(err, ErrLeaseLost) {
 		l.markStoreGone()
