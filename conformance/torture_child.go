@@ -392,6 +392,15 @@ func (l *childLease) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 func (l *childLease) op(ctx context.Context, cmd childCmd) error {
+	if cmd.Op == "extend" {
+		// As the child's Lease does when it sends the renewal: a shorter
+		// TTL moves the deadline earlier at once.
+		l.mu.Lock()
+		if vu := time.Now().Add(cmd.TTL); vu.Before(l.validUntil) {
+			l.validUntil = vu
+		}
+		l.mu.Unlock()
+	}
 	m, sent, err := l.p.call(ctx, cmd)
 	if err != nil {
 		return err
