@@ -5,7 +5,6 @@ package conformance_test
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -30,17 +29,18 @@ import (
 // child's driver alone (the parent's Clients are sound), must be caught;
 // the same run with a sound child must pass.
 
-// childMutants: each defect is in the child's driver only.
+// childMutants: each defect is in the child's driver only. A driver
+// whose Extend reports success after the store dropped the lease is not
+// among them: the freeze alone does not show it, since a frozen holder
+// outlives its local deadline before the store's, and once past it the
+// Lease ends without asking the driver (measured: caught in 2 of 6
+// 12-second runs, and through a race of the resumed process's timers).
+// The in-process ExtendSucceedsAfterLoss torture mutant, whose lie an
+// admin expire shows, covers it.
 var childMutants = []struct {
 	name, defect string
 	checks       []string
 }{
-	// Resumed after its lease's store TTL ran out (another worker was
-	// granted the name meanwhile), the child's renewal or its Extend in
-	// flight is told the lease is gone and reports success anyway: the
-	// child believes on (overlap), or its next Extend succeeds
-	// (after-grant).
-	{"ExtendSucceedsAfterLoss", "Extend reports success for a lease the store dropped (no loss notification)", []string{"overlap", "after-grant"}},
 	// The store keeps the child's locks for 60% of the TTL asked: a
 	// child frozen while holding still believes (until its ValidUntil)
 	// after another worker was granted the name.
@@ -87,7 +87,14 @@ func TestTortureFrozenClientMutants(t *testing.T) {
 			var b strings.Builder
 			res.WriteReport(&b, "")
 			first, check := time.Duration(-1), ""
+			inFreeze := 0
 			for _, v := range res.Violations {
+				for _, f := range res.History.Faults() {
+					if f.Kind == "freeze-client" && f.Start <= v.To && f.End >= v.From {
+						inFreeze++
+						break
+					}
+				}
 				if slices.Contains(m.checks, v.Check) && (first < 0 || v.To < first) {
 					first, check = v.To, v.Check
 				}
@@ -95,7 +102,8 @@ func TestTortureFrozenClientMutants(t *testing.T) {
 			if first < 0 {
 				t.Fatalf("child mutant %s (%s) was not caught by the %v checks:\n%s", m.name, m.defect, m.checks, b.String())
 			}
-			t.Logf("child mutant %s caught by the %s check at %v of the run (%d ops, %d faults):\n%s", m.name, check, first.Round(time.Millisecond), res.Ops(), res.FaultCount(), b.String())
+			t.Logf("child mutant %s caught by the %s check at %v of the run (%d ops, %d faults; %d of %d violations overlap a freeze):\n%s",
+				m.name, check, first.Round(time.Millisecond), res.Ops(), res.FaultCount(), inFreeze, len(res.Violations), b.String())
 		})
 	}
 }
@@ -224,11 +232,7 @@ type lyingLease struct {
 func (l *lyingLease) Fence() uint64 { return uint64(l.l.Fence()) }
 
 func (l *lyingLease) Extend(ctx context.Context, ttl time.Duration) error {
-	err := l.l.Extend(ctx, l.d.storeTTL(ttl))
-	if errors.Is(err, fencelock.ErrLeaseLost) && l.d.mutant == "ExtendSucceedsAfterLoss" {
-		return nil
-	}
-	return err
+	return l.l.Extend(ctx, l.d.storeTTL(ttl))
 }
 
 func (l *lyingLease) Release(ctx context.Context) error { return l.l.Release(ctx) }
