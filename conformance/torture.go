@@ -31,7 +31,9 @@ type TortureOptions struct {
 	Seed uint64
 	// Workers is how many concurrent workers run operations, spread over
 	// the run's Clients (two direct, and one behind the fault proxy when
-	// the harness is a Partitioner). Default: 6.
+	// the harness is a Partitioner); where a child process can run a
+	// Client (see ChildArgs), the last worker uses that one alone.
+	// Default: 6.
 	Workers int
 	// Names is how many lock names the workers share. Default: 3.
 	Names int
