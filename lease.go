@@ -137,7 +137,8 @@ func (l *Lease) Context() context.Context { return l.ctx }
 // ValidUntil returns the local deadline until which the lease is certainly
 // held: the start of the granting request plus TTL minus a drift margin,
 // moved forward only by successful renewals (measured from when each was
-// sent), and capped by MaxHold. When it passes without a renewal the lease
+// sent), moved earlier as soon as a renewal to a shorter TTL is sent (the
+// store may apply it before the reply comes), and capped by MaxHold. When it passes without a renewal the lease
 // ends with ErrLeaseLost, before the store can grant the lock to anyone else
 // (assuming bounded clock-rate drift). The one exception is declared in
 // Capabilities.BreakOverlap: a store that frees a lock when its holder's
@@ -197,7 +198,8 @@ func (l *Lease) As(target any) bool {
 // Extend sets the lease's TTL to ttl (0: keep the current TTL) from now and
 // renews it in the store. Later automatic renewals use the new TTL. It
 // returns ErrLeaseLost if the lease is gone, ErrReleased after Release, or
-// the store's error (the lease then stays held until its deadline).
+// the store's error (the lease then stays held until its deadline: for a
+// shorter TTL, the one this call set when it sent the renewal).
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	const op = "extend"
 	if ttl != 0 {
@@ -268,6 +270,18 @@ func (l *Lease) renew() {
 // schedules the next renewal. Callers hold the op slot (lockOp).
 func (l *Lease) storeExtend(ctx context.Context, ttl time.Duration) error {
 	sent := time.Now()
+	// From the moment the request leaves, the store may keep the lock
+	// only until sent+ttl: a shorter TTL moves the deadline earlier now,
+	// not at the reply, or a holder stalled before it processes the reply
+	// (a paused process, a long GC pause) would believe past the store.
+	l.mu.Lock()
+	if vu := sent.Add(ttl - l.c.drift(ttl)); vu.Before(l.validUntil) {
+		l.validUntil = vu
+		if l.expiryTimer != nil {
+			l.expiryTimer.Reset(time.Until(vu))
+		}
+	}
+	l.mu.Unlock()
 	err := l.dl.Extend(ctx, ttl)
 	if errors.Is(err, ErrLeaseLost) {
 		l.markStoreGone()

@@ -55,6 +55,62 @@ func TestExtendShorterTTLMovesDeadlineEarlier(t *testing.T) {
 	}
 }
 
+// Regression: while an Extend to a shorter TTL is in flight, ValidUntil
+// is already no later than its send time plus that TTL. Before the fix it
+// moved only at the reply: a holder paused between the store's applying
+// the shorter TTL and the reply (SIGSTOP of the client process in the
+// torture) believed past the store, which had granted the lock to another.
+func TestExtendShorterTTLMovesDeadlineWhileInFlight(t *testing.T) {
+	ctx := context.Background()
+	s := memory.NewStore()
+	g := &replyGated{Backend: memory.NewDriver(s), gate: make(chan struct{}), applied: make(chan struct{})}
+	a := fencelock.New(g, nil)
+	defer a.Close()
+	l, err := a.TryAcquire(ctx, "x", &fencelock.AcquireOptions{TTL: 5 * time.Second, AutoRenew: fencelock.Bool(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const short = 100 * time.Millisecond
+	sent := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- l.Extend(ctx, short) }()
+	<-g.applied // the store keeps the lock until about sent+short now
+	if vu := l.ValidUntil(); vu.After(sent.Add(short)) {
+		t.Errorf("with Extend(%v) applied by the store and its reply pending, ValidUntil is %v after the send, want at most %v", short, vu.Sub(sent), short)
+	}
+	close(g.gate)
+	if err := <-done; err != nil && !errors.Is(err, fencelock.ErrLeaseLost) {
+		t.Fatalf("Extend: %v", err)
+	}
+}
+
+// replyGated is the mem:// driver with an Extend whose reply waits, after
+// the store applied it, until the gate opens.
+type replyGated struct {
+	driver.Backend
+	gate, applied chan struct{}
+}
+
+type replyGatedLease struct {
+	driver.Lease
+	b *replyGated
+}
+
+func (g *replyGated) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
+	l, err := g.Backend.TryAcquire(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &replyGatedLease{Lease: l, b: g}, nil
+}
+
+func (l *replyGatedLease) Extend(ctx context.Context, ttl time.Duration) error {
+	err := l.Lease.Extend(ctx, ttl)
+	close(l.b.applied)
+	<-l.b.gate
+	return err
+}
+
 // gated is the mem:// driver with an Extend that blocks, ignoring its ctx,
 // until the gate opens: a store operation slow to honour cancellation.
 type gated struct {

@@ -27,6 +27,9 @@ type freezeSpec struct {
 	// Election: the child campaigns on Name (package election) instead of
 	// acquiring it, and reports its term.
 	Election bool
+	// Torture: the child is a torture worker's Client, driven over its
+	// stdin (see torture_child.go).
+	Torture bool
 }
 
 // MaybeRunChild runs the process-freeze child and exits if this process was
@@ -60,6 +63,10 @@ func say(words ...any) {
 // freezeChild acquires with auto-renew on, is frozen by the parent, and
 // reports what it observes once resumed.
 func freezeChild(s freezeSpec) {
+	if s.Torture {
+		tortureChild(s)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*s.TTL+60*time.Second)
 	defer cancel()
 	c, err := fencelock.DefaultURLMux().Open(ctx, s.URL, &fencelock.Options{Prefix: s.Prefix})

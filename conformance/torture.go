@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock"
@@ -30,7 +31,9 @@ type TortureOptions struct {
 	Seed uint64
 	// Workers is how many concurrent workers run operations, spread over
 	// the run's Clients (two direct, and one behind the fault proxy when
-	// the harness is a Partitioner). Default: 6.
+	// the harness is a Partitioner); where a child process can run a
+	// Client (see ChildArgs), the last worker uses that one alone.
+	// Default: 6.
 	Workers int
 	// Names is how many lock names the workers share. Default: 3.
 	Names int
@@ -57,6 +60,17 @@ type TortureOptions struct {
 	// continue its process (SIGSTOP, SIGCONT); the nemesis then also
 	// pauses the server.
 	Pause, Resume func() error
+	// ChildArgs are the arguments the running binary is re-executed with
+	// to run a torture worker's Client in a child process (Linux, a
+	// harness with a URL), which the nemesis then freezes (SIGSTOP) and
+	// resumes. The child must reach conformance.MaybeRunChild (or
+	// RunTorture, which sets ChildArgs to run its own test) before
+	// anything else. In a test binary nil means no child worker; outside
+	// one (a binary whose main calls MaybeRunChild first) nil is no
+	// arguments.
+	ChildArgs []string
+	// NoChild: no worker runs in a child process.
+	NoChild bool
 }
 
 // StoreRestarter is an optional Harness hook: restart the store, as a
@@ -75,7 +89,10 @@ type TortureMeta struct {
 	Workers int    `json:"workers"`
 	Names   int    `json:"names"`
 	// Proxied is the index of the Client behind the fault proxy, or -1.
-	Proxied  int           `json:"proxied"`
+	Proxied int `json:"proxied"`
+	// Child is the index of the Client in a child process (the target of
+	// freeze-client faults), or -1.
+	Child    int           `json:"child"`
 	Duration time.Duration `json:"duration"`
 	TTL      time.Duration `json:"ttl"`
 	StoreTTL time.Duration `json:"store_ttl"`
@@ -147,7 +164,7 @@ func Torture(ctx context.Context, h Harness, o TortureOptions) (*TortureResult, 
 		r.names = append(r.names, fmt.Sprintf("n%d", i))
 	}
 	r.hist.Meta = TortureMeta{
-		Backend: caps.Backend, Seed: o.Seed, Workers: o.Workers, Names: o.Names, Proxied: -1, Duration: o.Duration,
+		Backend: caps.Backend, Seed: o.Seed, Workers: o.Workers, Names: o.Names, Proxied: -1, Child: -1, Duration: o.Duration,
 		TTL: ttl, StoreTTL: storeTTL, MaxTTL: 2 * ttl, StoreSlack: eff + margin, LiveBound: r.liveBound(),
 	}
 	if _, ok := h.(StoreRestarter); ok || o.RestartLosesLocks {
@@ -160,12 +177,18 @@ func Torture(ctx context.Context, h Harness, o TortureOptions) (*TortureResult, 
 		r.close()
 		return nil, err
 	}
-	r.logf("torture on %s: seed %d, %d workers on %d Clients (proxied: %d), %d names, TTL %v (store %v), %v",
-		caps.Backend, o.Seed, o.Workers, len(r.clients), r.hist.Meta.Proxied, o.Names, ttl, storeTTL, o.Duration)
+	r.logf("torture on %s: seed %d, %d workers on %d Clients (proxied: %d, in a child process: %d), %d names, TTL %v (store %v), %v",
+		caps.Backend, o.Seed, o.Workers, len(r.clients)+btoi(r.child != nil), r.hist.Meta.Proxied, r.hist.Meta.Child, o.Names, ttl, storeTTL, o.Duration)
 	// The run's own deadline: the random phase, the liveness phase and a
 	// margin for the operations in flight.
 	rctx, cancel := context.WithTimeout(ctx, o.Duration+r.liveBound()+r.opTimeout()+2*margin)
 	defer cancel()
+	if r.child != nil {
+		// The run's deadline ends the child too, and with it any wait
+		// for its reply.
+		stop := context.AfterFunc(rctx, r.child.kill)
+		defer stop()
+	}
 	start := time.Now()
 	r.stopAt = r.hist.now() + o.Duration
 	var wg sync.WaitGroup
@@ -222,7 +245,8 @@ type run struct {
 	leases *leaseTable
 
 	clients []*fencelock.Client
-	faults  *Faults // the proxied Client's, or nil
+	child   *childProc // the Client in a child process, or nil
+	faults  *Faults    // the proxied Client's, or nil
 	regs    map[string]guard.Resource
 	stopAt  time.Duration // end of the random phase
 	healed  chan struct{} // closed when the nemesis healed its last fault
@@ -252,6 +276,9 @@ func (r *run) open(ctx context.Context, prefix string) error {
 			r.faults = f
 		}
 	}
+	if err := r.openChild(); err != nil {
+		return err
+	}
 	r.regs = map[string]guard.Resource{}
 	for _, n := range r.names {
 		for _, reg := range []string{cfReg(n), woReg(n)} {
@@ -274,10 +301,51 @@ func (r *run) close() {
 	for _, c := range r.clients {
 		_ = c.Close()
 	}
+	if r.child != nil {
+		r.child.kill()
+	}
 	if r.faults != nil {
 		r.faults.Close()
 	}
 }
+
+// openChild starts the child-process Client where it can run: on
+// Linux, with a URL, and a way to re-execute this binary as the child.
+func (r *run) openChild() error {
+	url := r.h.URL()
+	args := r.o.ChildArgs
+	switch {
+	case r.o.NoChild || r.o.Workers < 2:
+		return nil
+	case !childWorkers:
+		r.logf("no client process to freeze: SIGSTOP needs Linux")
+		return nil
+	case url == "":
+		r.logf("no client process to freeze: the harness gives no URL for a second process")
+		return nil
+	case args == nil && testing.Testing():
+		r.logf("no client process to freeze: no ChildArgs to re-execute this test binary with")
+		return nil
+	}
+	p, err := startTortureChild(url, r.prefix, r.ttl, args)
+	if err != nil {
+		return fmt.Errorf("torture: %w", err)
+	}
+	r.child = p
+	r.hist.Meta.Child = len(r.clients)
+	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// readyWithin bounds a torture child's start (a re-executed binary that
+// opens one Client).
+const readyWithin = 30 * time.Second
 
 func cfReg(name string) string { return "cf/" + name }
 func woReg(name string) string { return "wo/" + name }

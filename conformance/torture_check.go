@@ -3,12 +3,13 @@ package conformance
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
 // Violation is one way a torture history broke the contract.
 type Violation struct {
-	Check string // overlap, fence, after-grant, ended-waiter, liveness, register, lost-update
+	Check string // overlap, fence, after-grant, after-drop, ended-waiter, liveness, register, lost-update
 	Name  string // the lock name or register
 	Msg   string
 	// Ops are the operations that witness it; From and To bound them:
@@ -47,6 +48,7 @@ func CheckHistory(h *History) []Violation {
 	vs = append(vs, checkOverlap(h.Meta, ops, faults)...)
 	vs = append(vs, checkFences(ops)...)
 	vs = append(vs, checkAfterGrant(ops)...)
+	vs = append(vs, checkAfterDrop(ops, faults)...)
 	vs = append(vs, checkEndedWaiters(h.Meta, ops)...)
 	vs = append(vs, checkLiveness(h.Meta, ops)...)
 	vs = append(vs, checkRegisters(ops)...)
@@ -159,6 +161,30 @@ func checkAfterGrant(ops []Op) []Violation {
 			if b.ID != a.ID && b.Fence > a.Fence && b.Complete < x.Invoke {
 				vs = append(vs, Violation{Check: "after-grant", Name: x.Name, Ops: []int64{a.ID, b.ID, x.ID}, From: a.Invoke, To: x.Complete,
 					Msg: fmt.Sprintf("%s of op %d's lease (worker %d, fence %d) succeeded after op %d (worker %d, fence %d) was granted the name", x.Kind, a.ID, a.Worker, a.Fence, b.ID, b.Worker, b.Fence)})
+				break
+			}
+		}
+	}
+	return vs
+}
+
+// checkAfterDrop: an Extend that succeeded was not sent after an admin
+// expire of its name that began after its lease was granted.
+func checkAfterDrop(ops []Op, faults []Fault) []Violation {
+	byID := opIndex(ops)
+	var vs []Violation
+	for _, x := range ops {
+		if x.Kind != OpExtend || x.Result != "ok" {
+			continue
+		}
+		a := byID[x.Lease]
+		for _, f := range faults {
+			if f.Kind != "expire" || f.Name != x.Name || strings.Contains(f.Target, "failed") {
+				continue
+			}
+			if a.Complete < f.Start && f.End < x.Invoke {
+				vs = append(vs, Violation{Check: "after-drop", Name: x.Name, Ops: []int64{a.ID, x.ID}, From: a.Invoke, To: x.Complete,
+					Msg: fmt.Sprintf("extend of op %d's lease (worker %d, fence %d) succeeded after an admin expire of the name at %v dropped it", a.ID, a.Worker, a.Fence, f.Start.Round(time.Millisecond))})
 				break
 			}
 		}

@@ -69,7 +69,7 @@ func (o *Op) grant() bool {
 // Fault is one fault the nemesis applied.
 type Fault struct {
 	ID     int           `json:"id"`
-	Kind   string        `json:"kind"` // blackhole, reset, latency, expire, restart
+	Kind   string        `json:"kind"` // blackhole, reset, latency, expire, restart, pause, freeze-client
 	Target string        `json:"target"`
 	Name   string        `json:"name,omitempty"` // expire: the lock name
 	Delay  time.Duration `json:"delay,omitempty"`

@@ -1,12 +1,51 @@
 package conformance
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fencelock/fencelock"
 )
+
+// tortureLease is what a worker holds: a *fencelock.Lease, or a
+// childLease (the Lease lives in a child process).
+type tortureLease interface {
+	Fence() fencelock.Fence
+	ValidUntil() time.Time
+	// Context ends when the holder's lease ends; Err then says why.
+	Context() context.Context
+	Err() error
+	Extend(ctx context.Context, ttl time.Duration) error
+	Release(ctx context.Context) error
+}
+
+// locker is what a worker acquires through: a Client in this process, or
+// the child process's.
+type locker interface {
+	TryAcquire(ctx context.Context, name string, ao *fencelock.AcquireOptions) (tortureLease, error)
+	Acquire(ctx context.Context, name string, ao *fencelock.AcquireOptions) (tortureLease, error)
+}
+
+// clientLocker is a Client in this process.
+type clientLocker struct{ c *fencelock.Client }
+
+func (c clientLocker) TryAcquire(ctx context.Context, name string, ao *fencelock.AcquireOptions) (tortureLease, error) {
+	return asTortureLease(c.c.TryAcquire(ctx, name, ao))
+}
+
+func (c clientLocker) Acquire(ctx context.Context, name string, ao *fencelock.AcquireOptions) (tortureLease, error) {
+	return asTortureLease(c.c.Acquire(ctx, name, ao))
+}
+
+// asTortureLease keeps a nil *Lease a nil interface.
+func asTortureLease(l *fencelock.Lease, err error) (tortureLease, error) {
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
 
 // leaseTable is the leases held now, per name, for the sample taken at
 // each grant.
@@ -16,11 +55,11 @@ type leaseTable struct {
 }
 
 type liveLease struct {
-	l         *fencelock.Lease
+	l         tortureLease
 	releasing atomic.Bool // its holder called Release: it no longer believes it holds
 }
 
-func (t *leaseTable) add(name string, id int64, l *fencelock.Lease) {
+func (t *leaseTable) add(name string, id int64, l tortureLease) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.byName[name]

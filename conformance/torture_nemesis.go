@@ -46,6 +46,9 @@ func (r *run) faultKinds() []string {
 	if r.o.Pause != nil && r.o.Resume != nil {
 		k = append(k, "pause")
 	}
+	if r.child != nil {
+		k = append(k, "freeze-client")
+	}
 	return k
 }
 
@@ -64,7 +67,7 @@ func (r *run) schedule() []plannedFault {
 		at += between(r.eff/2, 2*r.eff)
 		p := plannedFault{At: at, Kind: kinds[rng.IntN(len(kinds))]}
 		switch p.Kind {
-		case "blackhole", "reset", "latency", "pause":
+		case "blackhole", "reset", "latency", "pause", "freeze-client":
 			p.Dur = between(r.eff/2, 3*r.eff)
 			if p.Kind == "latency" {
 				p.Delay = between(10*time.Millisecond, max(20*time.Millisecond, r.ttl/4))
@@ -135,6 +138,23 @@ func (r *run) apply(ctx context.Context, p plannedFault) {
 		pause(ctx, p.Dur)
 		if err := r.o.Resume(); err != nil {
 			f.Target = "server process (resume failed: " + err.Error() + ")"
+		}
+	case "freeze-client":
+		// The client process stops where it is (its renewals, its
+		// replies in flight) for a drawn duration, often past the TTL;
+		// its monotonic clock runs on, so resumed, it finds its local
+		// deadlines passed. It starts once the child holds a lease (or
+		// after 2×TTL without one): a freeze matters most to a holder.
+		r.child.waitHolding(ctx, 2*r.eff)
+		f.Start = r.hist.now()
+		f.Target = fmt.Sprintf("client %d (process %d)", r.hist.Meta.Child, r.child.pid)
+		if err := r.child.freeze(); err != nil {
+			f.Target += " (failed: " + err.Error() + ")"
+			break
+		}
+		pause(ctx, p.Dur)
+		if err := r.child.thaw(); err != nil {
+			f.Target += " (resume failed: " + err.Error() + ")"
 		}
 	}
 	f.End = r.hist.now()

@@ -17,7 +17,18 @@ import (
 // FENCELOCK_TORTURE_DIR set, each run's history (JSONL) and timeline
 // (SVG) are written there; otherwise only a failing run's, to t's temp
 // directory, named in the log.
+//
+// One worker's Client runs in a child process where it can (Linux, a
+// harness with a URL): this binary re-executed to run t's top-level test,
+// which reaches RunTorture first and serves as the child there.
 func RunTorture(t *testing.T, newHarness HarnessMaker, o TortureOptions, seeds ...uint64) {
+	if runFreezeChildIfRequested() {
+		return
+	}
+	if o.ChildArgs == nil {
+		top, _, _ := strings.Cut(t.Name(), "/")
+		o.ChildArgs = []string{"-test.run=^" + top + "$", "-test.count=1"}
+	}
 	if len(seeds) == 0 {
 		seeds = []uint64{0}
 	}

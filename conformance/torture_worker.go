@@ -14,13 +14,18 @@ type worker struct {
 	r      *run
 	k      int
 	client int
-	c      *fencelock.Client
+	c      locker
 	rng    *rand.Rand
 }
 
+// worker k uses the run's Clients in turn; the last worker uses the
+// child process's Client where there is one.
 func (r *run) worker(k int) *worker {
+	if r.child != nil && k == r.o.Workers-1 {
+		return &worker{r: r, k: k, client: r.hist.Meta.Child, c: r.child, rng: r.rng(uint64(k) + 1)}
+	}
 	ci := k % len(r.clients)
-	return &worker{r: r, k: k, client: ci, c: r.clients[ci], rng: r.rng(uint64(k) + 1)}
+	return &worker{r: r, k: k, client: ci, c: clientLocker{r.clients[ci]}, rng: r.rng(uint64(k) + 1)}
 }
 
 // run does random steps until the random phase ends, then, once the
@@ -95,7 +100,7 @@ func (w *worker) step(ctx context.Context) {
 // acquire runs one acquisition and records it; on a grant it returns the
 // lease, registered in the run's lease table.
 // A probe's Arg is the cancelled wait's op.
-func (w *worker) acquire(ctx context.Context, kind, name string, ao *fencelock.AcquireOptions, cancelAfter time.Duration, arg int64) (*Op, *fencelock.Lease) {
+func (w *worker) acquire(ctx context.Context, kind, name string, ao *fencelock.AcquireOptions, cancelAfter time.Duration, arg int64) (*Op, tortureLease) {
 	r := w.r
 	octx, cancel := context.WithTimeout(ctx, r.opTimeout())
 	defer cancel()
@@ -109,7 +114,7 @@ func (w *worker) acquire(ctx context.Context, kind, name string, ao *fencelock.A
 		defer cancel()
 	}
 	op := &Op{Worker: w.k, Client: w.client, Kind: kind, Name: name, Arg: arg, Invoke: r.hist.now()}
-	var l *fencelock.Lease
+	var l tortureLease
 	var err error
 	if kind == OpTry || kind == OpProbe {
 		l, err = w.c.TryAcquire(octx, name, ao)
@@ -128,7 +133,7 @@ func (w *worker) acquire(ctx context.Context, kind, name string, ao *fencelock.A
 
 // granted records a grant: what other holders believed at that moment,
 // and, when the lease ends, when its holder stopped believing.
-func (r *run) granted(op *Op, l *fencelock.Lease) {
+func (r *run) granted(op *Op, l tortureLease) {
 	op.Result, op.Fence = "ok", uint64(l.Fence())
 	op.ValidUntil = r.hist.at(l.ValidUntil())
 	op.Held = r.leases.held(op.Name)
@@ -144,7 +149,7 @@ func (r *run) granted(op *Op, l *fencelock.Lease) {
 
 // hold: a few random actions while holding, maybe a stall past the TTL,
 // then Release.
-func (w *worker) hold(ctx context.Context, name string, lease int64, l *fencelock.Lease, renew bool) {
+func (w *worker) hold(ctx context.Context, name string, lease int64, l tortureLease, renew bool) {
 	r := w.r
 	for range 1 + w.rng.IntN(3) {
 		switch w.rng.IntN(5) {
@@ -171,7 +176,7 @@ func (w *worker) hold(ctx context.Context, name string, lease int64, l *fenceloc
 	w.release(ctx, name, lease, l)
 }
 
-func (w *worker) extend(ctx context.Context, name string, lease int64, l *fencelock.Lease, ttl time.Duration) {
+func (w *worker) extend(ctx context.Context, name string, lease int64, l tortureLease, ttl time.Duration) {
 	r := w.r
 	octx, cancel := context.WithTimeout(ctx, r.opTimeout())
 	defer cancel()
@@ -182,7 +187,7 @@ func (w *worker) extend(ctx context.Context, name string, lease int64, l *fencel
 	r.hist.add(op)
 }
 
-func (w *worker) release(ctx context.Context, name string, lease int64, l *fencelock.Lease) {
+func (w *worker) release(ctx context.Context, name string, lease int64, l tortureLease) {
 	r := w.r
 	octx, cancel := context.WithTimeout(ctx, r.opTimeout())
 	defer cancel()
@@ -235,6 +240,9 @@ func (w *worker) regOp(ctx context.Context, kind, reg string, lease int64, f fen
 	r := w.r
 	octx, cancel := context.WithTimeout(ctx, r.opTimeout())
 	defer cancel()
+	if p, ok := w.c.(*childProc); ok {
+		p.ping(octx)
+	}
 	op := &Op{Worker: w.k, Client: w.client, Kind: kind, Name: reg, Lease: lease, Fence: uint64(f), Arg: arg, Invoke: r.hist.now()}
 	v, err := do(octx)
 	op.Complete, op.Value, op.Result, op.Err = r.hist.now(), v, classify(err), errText(err)

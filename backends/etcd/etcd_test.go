@@ -31,6 +31,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The torture's child-process worker re-executes this binary: serve
+	// as the child before any test starts a server.
+	conformance.MaybeRunChild()
 	code := m.Run()
 	srvMu.Lock()
 	for _, c := range servers {

@@ -16,7 +16,13 @@ import (
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
-func TestMain(m *testing.M) { testserver.Main(m) }
+func TestMain(m *testing.M) {
+	// The process-freeze check and the torture's child-process worker
+	// re-execute this binary: serve as the child before any test starts
+	// a server.
+	conformance.MaybeRunChild()
+	testserver.Main(m)
+}
 
 // harness opens every client by URL on one server, each with its own pool
 // and a unique application_name, which KillSession uses to find the
