@@ -134,3 +134,35 @@ func TestCompareFlags(t *testing.T) {
 		t.Errorf("compareCommand: %s", got)
 	}
 }
+
+// TestMeasureFailoverMem runs the shared measurement on an in-process
+// store: the paused leader is replaced with a higher term and its stale
+// write refused, and every kill is followed by a new leader within a few
+// TTLs (the kill ends the leader's lease without a release).
+func TestMeasureFailoverMem(t *testing.T) {
+	const ttl = 150 * time.Millisecond
+	r := measureFailover(t.Context(), "mem://measure-failover-test", ttl, 2)
+	if r.err != nil || r.pausedErr != nil {
+		t.Fatalf("kill runs: %v; paused: %v", r.err, r.pausedErr)
+	}
+	if r.ttl != ttl || len(r.runs) != 2 {
+		t.Fatalf("ttl %v, %d runs; want %v, 2", r.ttl, len(r.runs), ttl)
+	}
+	for i, took := range r.runs {
+		if took <= 0 || took > 10*ttl {
+			t.Errorf("run %d: new leader %v after the kill, want within (0, %v]", i, took, 10*ttl)
+		}
+	}
+	if p := r.paused; p.newTerm <= p.oldTerm || p.replacedAfter < ttl/2 {
+		t.Errorf("paused: term %d → %d after %v; want a higher term, after about the TTL", p.oldTerm, p.newTerm, p.replacedAfter)
+	}
+}
+
+// TestDemoElectionRunsFlag: --runs must be positive (before any server
+// is started).
+func TestDemoElectionRunsFlag(t *testing.T) {
+	var ue usageError
+	if err := runDemoElection(t.Context(), []string{"--all", "--runs", "0"}); !errors.As(err, &ue) {
+		t.Errorf("--runs 0: got %v, want a usage error", err)
+	}
+}
