@@ -90,7 +90,7 @@ func TestCompareDocTorture(t *testing.T) {
 	md := b.String()
 	for label, want := range map[string][]string{
 		"redis":      {"5000 in 33s", "6: 2 blackhole, 1 latency, 3 reset", "| 0 |", "`fencelock torture --url 'redis://…' --duration 30s --seed 24 --clients 6 --names 3 --ttl 400ms`"},
-		"pgadvisory": {"1: 1 reset", "0 (declared BreakOverlap: two holders for up to 75ms"},
+		"pgadvisory": {"1: 1 reset", "0 (a declared weaker guarantee, BreakOverlap: two holders after a broken connection for up to 75ms"},
 		"etcd":       {"| 0 |", "**3**: 1 fence, 2 overlap"},
 		"zookeeper":  {"not run: zk://x: dial: refused"},
 		"dynamodb":   {"not measured: " + errFake.Error()},

@@ -81,7 +81,7 @@ func violationsCell(tr tortureRun) string {
 		s = fmt.Sprintf("**%d**: %s", n, kindList(checks))
 	}
 	if tr.allowed > 0 {
-		s += fmt.Sprintf(" (declared BreakOverlap: two holders for up to %v after a broken connection are allowed, not counted)", tr.allowed)
+		s += fmt.Sprintf(" (a declared weaker guarantee, BreakOverlap: two holders after a broken connection for up to %v, the declared bound plus the checker's tolerance, are allowed, not counted)", tr.allowed)
 	}
 	if tr.err != nil {
 		s += "; run error: " + cellErr(tr.err)
