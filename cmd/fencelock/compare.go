@@ -24,32 +24,38 @@ type compareConfig struct {
 	studyRate     float64
 	held          int // leases held at once for the cost table
 	faults        bool
-	peers         string // peers.json from `make bench-peers`; "" for none
+	peers         string        // peers.json from `make bench-peers`; "" for none
+	failoverRuns  int           // leader kills timed per store (0: no election section)
+	failoverTTL   time.Duration // term TTL asked (raised to the store's minimum)
+	torture       time.Duration // torture run per store (0: none)
+	tortureSeed   uint64
+	note          string // said of the machine after the run time, e.g. that it was shared
 }
 
 // backendResult is one backend's measurements; a zero field was not
 // measured (err says why when the backend could not be measured at all).
 type backendResult struct {
-	label   string
-	url     string
-	server  string // server and configuration it ran on
-	caps    fencelock.Capabilities
-	lat     []time.Duration // uncontended TryAcquire+Release
-	handoff []time.Duration
-	cont    conformance.ContendedResult
-	study   *studyRun
-	hold    conformance.HoldManyResult
-	holdTTL time.Duration
-	holdErr error // the cost table's measure failed (the others may not have)
-	err     error
+	label    string
+	url      string
+	server   string // server and configuration it ran on
+	caps     fencelock.Capabilities
+	lat      []time.Duration // uncontended TryAcquire+Release
+	handoff  []time.Duration
+	cont     conformance.ContendedResult
+	study    *studyRun
+	hold     conformance.HoldManyResult
+	holdTTL  time.Duration
+	holdErr  error // the cost table's measure failed (the others may not have)
+	failover failoverResult
+	torture  tortureRun
+	err      error
 }
 
-func runCompare(ctx context.Context, args []string) error {
+// parseCompareFlags parses compare's flags.
+func parseCompareFlags(args []string) (cfg compareConfig, urls multiFlag, out *string, err error) {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
-	var urls multiFlag
 	fs.Var(&urls, "url", "a store URL to compare (repeatable); default: start every backend's server locally, configured as in production")
-	out := fs.String("out", "docs/comparison.md", "where to write the markdown ('-' for stdout); charts go to img/ next to it")
-	var cfg compareConfig
+	out = fs.String("out", "docs/comparison.md", "where to write the markdown ('-' for stdout); charts go to img/ next to it")
 	fs.IntVar(&cfg.n, "n", 1000, "uncontended acquire+release iterations per store")
 	fs.IntVar(&cfg.handoffs, "handoffs", 100, "hand-offs per store")
 	fs.DurationVar(&cfg.dur, "duration", 3*time.Second, "contention run length per store")
@@ -59,7 +65,24 @@ func runCompare(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.held, "held", 1000, "leases one Client holds at once for the cost table (fewer where a backend's row says so)")
 	fs.BoolVar(&cfg.faults, "faults", true, "run the backends' fault tests (go test) and tabulate what they measured")
 	fs.StringVar(&cfg.peers, "peers", "docs/bench/peers.json", "peer benchmark results, the JSON file that make bench-peers writes ('' to leave them out)")
+	fs.IntVar(&cfg.failoverRuns, "failover-runs", 5, "leader kills timed per store for the election section (0: leave it out)")
+	fs.DurationVar(&cfg.failoverTTL, "failover-ttl", 500*time.Millisecond, "term TTL for the election section (raised to the store's minimum)")
+	fs.DurationVar(&cfg.torture, "torture", 30*time.Second, "torture run per store (0: leave the section out)")
+	fs.Uint64Var(&cfg.tortureSeed, "torture-seed", 24, "seed of the torture runs")
+	fs.StringVar(&cfg.note, "note", "", "a sentence on the machine for the document's first paragraph (e.g. that other jobs shared it)")
 	if err := parse(fs, args); err != nil {
+		return cfg, nil, nil, err
+	}
+	if cfg.failoverRuns < 0 || cfg.failoverTTL <= 0 || cfg.torture < 0 || cfg.tortureSeed == 0 {
+		fmt.Fprintln(os.Stderr, "fencelock compare: --failover-runs and --torture must not be negative, --failover-ttl and --torture-seed must be positive")
+		return cfg, nil, nil, usageError{errors.New("bad flag value")}
+	}
+	return cfg, urls, out, nil
+}
+
+func runCompare(ctx context.Context, args []string) error {
+	cfg, urls, out, err := parseCompareFlags(args)
+	if err != nil {
 		return err
 	}
 	start := time.Now()
@@ -68,12 +91,20 @@ func runCompare(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	d := &compareDoc{cmd: strings.TrimSpace("go run ./cmd/fencelock compare " + strings.Join(args, " ")), date: time.Now().UTC(), cfg: cfg}
+	d := &compareDoc{cmd: compareCommand(args), date: time.Now().UTC(), cfg: cfg, load: [2]string{loadAverage()}}
 	for _, tg := range targets {
 		fmt.Fprintf(os.Stderr, "compare: %s (%s)\n", tg.label, fencelock.RedactURL(tg.url))
 		r := compareOne(ctx, tg, targets, cfg)
 		if r.err != nil {
 			fmt.Fprintf(os.Stderr, "compare: %s: %v\n", tg.label, r.err)
+		}
+		if tg.url != "" && cfg.failoverRuns > 0 {
+			r.failover = measureFailover(ctx, tg.url, cfg.failoverTTL, cfg.failoverRuns)
+			fmt.Fprintf(os.Stderr, "compare: %s: failover %s (TTL %v)\n", tg.label, failoverCell(r.failover), r.failover.ttl)
+		}
+		if tg.url != "" && cfg.torture > 0 {
+			r.torture = compareTorture(ctx, tg, cfg.torture, cfg.tortureSeed)
+			fmt.Fprintf(os.Stderr, "compare: %s: torture %d operations, faults %s, %d violations\n", tg.label, r.torture.ops, countsByKind(r.torture.faults), len(r.torture.violations))
 		}
 		d.results = append(d.results, r)
 	}
@@ -91,6 +122,7 @@ func runCompare(ctx context.Context, args []string) error {
 		}
 	}
 	d.elapsed = time.Since(start)
+	d.load[1] = loadAverage()
 	md := d.render()
 	if *out == "-" {
 		_, err = os.Stdout.Write(md)
@@ -211,4 +243,17 @@ func compareHold(ctx context.Context, tg target, n int) (conformance.HoldManyRes
 		return conformance.HoldManyResult{}, ttl, fmt.Errorf("holding %d leases: %w", n, err)
 	}
 	return r, ttl, nil
+}
+
+// compareCommand is the command line that ran compare, an argument with
+// a space quoted.
+func compareCommand(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = a
+		if a == "" || strings.ContainsAny(a, " '") {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.TrimSpace("go run ./cmd/fencelock compare " + strings.Join(q, " "))
 }

@@ -52,6 +52,10 @@ func fakeResults(failed string) []backendResult {
 		}
 		r.study = sr
 		r.hold, r.holdTTL = conformance.HoldManyResult{Leases: 1000, Goroutines: 3, HeapPerLease: 2048}, 3*time.Second
+		r.failover = failoverResult{ttl: 500 * time.Millisecond, runs: []time.Duration{415 * time.Millisecond, 417 * time.Millisecond, 414 * time.Millisecond},
+			paused: pausedOutcome{oldTerm: 7, newTerm: 9, replacedAfter: 510 * time.Millisecond}}
+		r.torture = tortureRun{ops: 1234, faults: map[string]int{"reset": 2, "blackhole": 1}, elapsed: 31 * time.Second,
+			replay: tortureReplay(b.label+"://…", conformance.TortureOptions{Duration: 30 * time.Second, Seed: 24, Workers: 6, Names: 3, TTL: 400 * time.Millisecond})}
 		rs = append(rs, r)
 	}
 	return rs
@@ -124,11 +128,12 @@ func TestCompareDocHasEveryBackendInEveryTable(t *testing.T) {
 
 func testCompareDoc(t *testing.T, peers *peersFile) *compareDoc {
 	failed := compareBackends[2].label
-	d := &compareDoc{cmd: "test", date: time.Now(), cfg: compareConfig{n: 100, handoffs: 100, dur: time.Second, studySections: 400, studyRuns: 1, studyRate: 0.05, held: 1000},
+	d := &compareDoc{cmd: "test", date: time.Now(), cfg: compareConfig{n: 100, handoffs: 100, dur: time.Second, studySections: 400, studyRuns: 1, studyRate: 0.05, held: 1000,
+		failoverRuns: 3, failoverTTL: 500 * time.Millisecond, torture: 30 * time.Second, tortureSeed: 24},
 		results: fakeResults(failed), faults: renderFaultTable(nil), peers: peers, peersErr: errFake}
 	md := string(d.render())
 	ts := tables(md)
-	want := 6 // servers, guarantees, faults, speed, cost, study
+	want := 8 // servers, guarantees, faults, election, torture, speed, cost, study
 	if peers != nil {
 		want++
 	}
