@@ -65,7 +65,8 @@ type Lease struct {
 func newLease(ctx context.Context, c *Client, name string, o resolved, dl driver.Lease, sent time.Time) *Lease {
 	l := &Lease{c: c, name: name, dl: dl, fence: Fence(dl.Fence()), autoRenew: o.autoRenew, ttl: o.ttl, sent: sent, op: make(chan struct{}, 1), endDone: make(chan struct{}), label: o.label}
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	l.validUntil = sent.Add(o.ttl - c.drift(o.ttl))
+	held := l.held(o.ttl)
+	l.validUntil = sent.Add(held - c.drift(held))
 	if o.maxHold > 0 {
 		l.maxHoldAt = sent.Add(o.maxHold)
 		if l.maxHoldAt.Before(l.validUntil) {
@@ -84,7 +85,7 @@ func (l *Lease) start() {
 	}
 	l.expiryTimer = time.AfterFunc(time.Until(l.validUntil), l.checkExpiry)
 	if l.autoRenew {
-		l.renewTimer = time.AfterFunc(time.Until(l.sent.Add(l.ttl/3)), l.renew)
+		l.renewTimer = time.AfterFunc(time.Until(l.sent.Add(l.held(l.ttl)/3)), l.renew)
 	}
 	l.mu.Unlock()
 	if h, ok := l.dl.(driver.LossNotifier); ok {
@@ -255,7 +256,7 @@ func (l *Lease) renew() {
 	}
 	l.c.m.add(l.c.m.renewFailures)
 	l.c.log.Warn("fencelock: renewal failed; retrying until the validity deadline", "name", l.name, "fence", uint64(l.fence), "err", err)
-	retry := ttl / 10
+	retry := l.held(ttl) / 10
 	if retry < 5*time.Millisecond {
 		retry = 5 * time.Millisecond
 	}
@@ -274,8 +275,9 @@ func (l *Lease) storeExtend(ctx context.Context, ttl time.Duration) error {
 	// only until sent+ttl: a shorter TTL moves the deadline earlier now,
 	// not at the reply, or a holder stalled before it processes the reply
 	// (a paused process, a long GC pause) would believe past the store.
+	held := l.held(ttl)
 	l.mu.Lock()
-	if vu := sent.Add(ttl - l.c.drift(ttl)); vu.Before(l.validUntil) {
+	if vu := sent.Add(held - l.c.drift(held)); vu.Before(l.validUntil) {
 		l.validUntil = vu
 		if l.expiryTimer != nil {
 			l.expiryTimer.Reset(time.Until(vu))
@@ -300,7 +302,7 @@ func (l *Lease) storeExtend(ctx context.Context, ttl time.Duration) error {
 	// The store now keeps the lock until sent+ttl, no longer: the deadline
 	// becomes exactly that, earlier than before if ttl is shorter (keeping
 	// the later one would let this lease outlive the store's lock).
-	vu := sent.Add(ttl - l.c.drift(ttl))
+	vu := sent.Add(held - l.c.drift(held))
 	if !l.maxHoldAt.IsZero() && l.maxHoldAt.Before(vu) {
 		vu = l.maxHoldAt
 	}
@@ -311,9 +313,21 @@ func (l *Lease) storeExtend(ctx context.Context, ttl time.Duration) error {
 	}
 	l.ttl = ttl
 	if l.renewTimer != nil && !l.stopRenew {
-		l.renewTimer.Reset(time.Until(sent.Add(ttl / 3)))
+		l.renewTimer.Reset(time.Until(sent.Add(held / 3)))
 	}
 	return nil
+}
+
+// held is how long after a request is sent the store certainly keeps the
+// lock asked for ttl: ttl, or less where the driver bounds it
+// (driver.HoldBounder: a ZooKeeper session timeout shorter than ttl).
+func (l *Lease) held(ttl time.Duration) time.Duration {
+	if hb, ok := l.dl.(driver.HoldBounder); ok {
+		if b := hb.HoldBound(); b > 0 && b < ttl {
+			return b
+		}
+	}
+	return ttl
 }
 
 // checkExpiry is the validity deadline timer's callback.

@@ -31,6 +31,7 @@
 //   - TimedTryAcquirer: the grant's TTL clock started before the call
 //     (etcd's shared leases);
 //   - GrantedTTLer: the store keeps the lock longer than asked;
+//   - HoldBounder: the store may keep the lock shorter than a long TTL;
 //   - Aser: the native client or handle, for Client.As and Lease.As.
 //
 // Admin and the hooks beside it (admin.go) are not for applications: they
@@ -195,6 +196,19 @@ type Aser interface {
 	// As sets *target to the native client if target has a supported type
 	// and reports whether it did.
 	As(target any) bool
+}
+
+// HoldBounder is implemented by a Lease whose store may keep the lock for
+// less than a long TTL asked: ZooKeeper keeps an ephemeral node one
+// session timeout after the server last heard from the session, so a
+// lease whose TTL exceeds its session's timeout is gone that long after a
+// holder froze (SIGSTOP, a VM pause), before its TTL. The portable layer
+// bounds the local deadline by a request's send time plus HoldBound, and
+// renews at a third of the smaller of the two.
+type HoldBounder interface {
+	// HoldBound is how long after a request is sent the store certainly
+	// keeps the lock, whatever the TTL; 0 means no bound beyond the TTL.
+	HoldBound() time.Duration
 }
 
 // GrantedTTLer is implemented by a Lease whose store may keep the lock

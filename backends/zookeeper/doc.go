@@ -37,7 +37,11 @@
 // session at once; a disconnect does not (go-zookeeper reconnects), but
 // renewals fail meanwhile, so the lease ends at its local deadline, before
 // the server can expire the session. A lease whose TTL is longer than its
-// session's granted timeout ends at the first disconnect of its session.
+// session's granted timeout (an Extend to a longer TTL, or a shared
+// session_timeout) ends at the first disconnect of its session, and its
+// ValidUntil is at most one session timeout past each renewal: a holder
+// frozen for longer finds its lease ended when it resumes, as its node is
+// gone by then.
 // Blocked Acquires queue in node order (FIFO).
 //
 // # Interop with Curator, kazoo and go-zookeeper

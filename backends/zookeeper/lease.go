@@ -39,6 +39,7 @@ var (
 	_ driver.Lease        = (*lease)(nil)
 	_ driver.LossNotifier = (*lease)(nil)
 	_ driver.GrantedTTLer = (*lease)(nil)
+	_ driver.HoldBounder  = (*lease)(nil)
 	_ driver.Aser         = (*lease)(nil)
 )
 
@@ -84,6 +85,17 @@ func (l *lease) GrantedTTL() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return max(l.ttl, negotiated)
+}
+
+// HoldBound implements driver.HoldBounder: the negotiated session
+// timeout. The server deletes our node one session timeout after it last
+// heard from the session, whatever the lease's TTL, so a holder frozen
+// (SIGSTOP, a VM pause) right after a renewal of a TTL longer than that
+// must not believe past it. 0 (no bound) before the session's first
+// connection reported its timeout.
+func (l *lease) HoldBound() time.Duration {
+	_, negotiated, _ := l.s.state()
+	return negotiated
 }
 
 // As supports **zk.Conn (the session's connection) and *string (the path
