@@ -2,6 +2,7 @@ package pgadvisory_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,8 +14,11 @@ import (
 
 // TestTortureByURL: the short CI torture by URL, with the guarded
 // registers in a PostgreSQL table (guard.PGCounter) on the same server.
+// The test owns that server, so the nemesis also pauses it (SIGSTOP of the
+// postmaster and every backend) and kills it (SIGKILL: a crash, recovery
+// at the restart), which ends every session and so every lock.
 func TestTortureByURL(t *testing.T) {
-	pg := testserver.SharedPostgres(t)
+	pg := testserver.StartPostgres(t)
 	pool, err := pgxpool.New(t.Context(), pg.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -36,5 +40,16 @@ func TestTortureByURL(t *testing.T) {
 		<-mu
 		return guard.CreatePGCounter(ctx, pool, "fencelock_torture", id)
 	}
-	conformance.CITorture(t, conformance.URLHarness(pg.URL()), conformance.TortureOptions{Register: reg})
+	o := conformance.TortureOptions{Register: reg}
+	if pg.Proc != nil {
+		o.RestartLosesLocks = true
+		o.Pause, o.Resume = pg.Pause, pg.Resume
+		o.Restart = func(ctx context.Context) error {
+			if err := pg.Kill(); err != nil {
+				return fmt.Errorf("kill postgres: %w", err)
+			}
+			return pg.Start(ctx)
+		}
+	}
+	conformance.CITorture(t, conformance.URLHarness(pg.URL()), o)
 }
