@@ -461,5 +461,5 @@ func parallelMutants() int {
 // test process, may skip check: there is no other process to freeze or
 // crash, and no network to cut.
 func inProcessSkip(check string) bool {
-	return check == "ProcessFreeze" || check == "ProcessCrash" || strings.HasPrefix(check, "Partition")
+	return check == "ProcessFreeze" || check == "ProcessCrash" || check == "ElectionLeaderProcessFrozen" || strings.HasPrefix(check, "Partition")
 }
