@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -112,13 +113,12 @@ func TestAdminKillSessions(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { _, _ = a.Acquire(wctx, n+"-b", nil) })
 	defer func() { cancel(); wg.Wait() }()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(clientConns(t, obs, aName)) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("client a has %d connections, want ≥ 2 (commands + pub/sub)", len(clientConns(t, obs, aName)))
+	testhelp.Eventually(t, 5*time.Second, func() error {
+		if n := len(clientConns(t, obs, aName)); n < 2 {
+			return fmt.Errorf("client a has %d connections, want ≥ 2 (commands + pub/sub)", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	aBefore, bBefore := clientConns(t, obs, aName), clientConns(t, obs, bName)
 
 	if err := testhelp.Admin(t, a).KillSessions(ctx); err != nil {
