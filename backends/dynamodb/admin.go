@@ -1,5 +1,11 @@
 package dynamodb
 
+// Admin (internals; the package doc in doc.go has what users need).
+//
+// driver.Admin (for the conformance suite, not handed out by Client.As): Expire marks an item released
+// with a new version, keeping its fence; KillSessions simulates a network
+// partition of this client's held leases (DynamoDB has no sessions).
+
 import (
 	"context"
 	"fmt"

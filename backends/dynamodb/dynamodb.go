@@ -1,5 +1,51 @@
 package dynamodb
 
+// Operations (internals; the package doc in doc.go has what users need).
+//
+//   - Acquire: ONE conditional UpdateItem: SET ownerName, a new
+//     recordVersionNumber, leaseDuration, fence = if_not_exists(fence,
+//     <client clock in µs>) + 1, REMOVE isReleased, on the condition
+//     attribute_not_exists(key) OR isReleased = "1" AND
+//     attribute_not_exists(waitQueue[0]) [OR recordVersionNumber = <the
+//     version this Client watched unchanged for its lease duration> AND
+//     attribute_not_exists(waitQueue[0])]: the lock is free and nobody
+//     waits (the first waiter in line conditions on waitQueue[0] = <its
+//     entry> instead, and the write removes that entry). ReturnValues
+//     gives the new fence. A refused write is followed by one consistent GetItem that
+//     records what holds the lock and who waits (the observation: see Expiry by observation, atop observe.go).
+//   - Heartbeat (Extend): one UpdateItem conditional on our version and
+//     ownerName, writing a new version and leaseDuration.
+//   - Release: one UpdateItem conditional on our version and ownerName,
+//     setting isReleased = "1" and a new version. A condition failure is
+//     ErrLeaseLost: another holder's lock is never touched.
+//
+// Acquire and release are one conditional write each (a test counts the
+// requests). The waiters' writes (Waiting, atop queue.go) touch waitQueue alone: they
+// never change ownerName, recordVersionNumber, isReleased or fence, so
+// they neither disturb the holder's conditions nor restart anyone's
+// observation of it.
+//
+// Fences (internals; the package doc in doc.go has what users need).
+//
+// The fence is the item's numeric fence attribute, raised by one in the
+// same conditional write that grants, so two grants of one name can never
+// share a fence, and every grant's fence is above the one before it while
+// the attribute survives. With fencelock alone on the table it always
+// does (DynamoDB is durable and fencelock never deletes the item), so
+// Capabilities.Fence is FenceStrict.
+//
+// Mixed fleets: the AWS Lock Client with its defaults replaces the whole
+// item when it acquires (PutItem) and deletes it when it releases, which
+// wipes fence. The next fencelock grant then finds no fence and starts
+// from the granting client's clock in microseconds (about 1.8e15; fences
+// fit an int64 and are exact as JSON numbers). That is above every
+// earlier fence as long as that client's clock is not behind the clock of
+// the client that issued the last one by more than the time between the
+// two grants (a foreign hold lasts at least a round trip, usually
+// seconds; NTP keeps clocks within milliseconds). Declare such a fleet
+// with Config.MixedFleet (mixed_fleet=true): Capabilities.Fence is then
+// FenceTimeFloored.
+
 import (
 	"context"
 	"errors"

@@ -1,5 +1,35 @@
 package dynamodb
 
+// Ambiguous outcomes (internals; the package doc in doc.go has what users need).
+//
+// An acquire write whose result is unknown (ctx ended or the connection
+// broke after it was sent) is followed, on a detached context, by a write
+// that marks the item released if it holds this attempt's version (or,
+// for a takeover, still holds the version watched), so nothing is left
+// held; if that write fails too, the error wraps ErrIndeterminate. A
+// conditional write that the SDK retried and that then failed its
+// condition may have been applied by an earlier attempt: a consistent
+// read settles it (the lease is ours if the item holds our version).
+// Heartbeats and releases of unknown outcome keep the version they may
+// have written as a candidate, so the next one is conditional on any of
+// them (recordVersionNumber IN (...)). A queue write of unknown outcome
+// (join, refresh, drop) ends the Acquire with its error, and the Acquire
+// leaves the queue before returning (an SDK retry of an applied join is
+// refused, as the entry is already in line). One window remains: an acquire
+// request delayed inside the network or a stalled server past its
+// cleanup may still be applied later; the lock is then held by nobody
+// until others have watched its version for a lease duration.
+//
+// Errors and timeouts (internals; the package doc in doc.go has what users need).
+//
+// A refused condition is ErrNotAcquired (acquire) or ErrLeaseLost
+// (heartbeat, release). Throttling, 5xx and network errors, after the
+// SDK's retries, wrap ErrUnavailable; a missing table or a wrong key
+// schema is ErrInvalid with the schema to create. Clients opened from a
+// URL bound each HTTP request (request_timeout, 5s by default) and do not
+// use the SDK's client-side retry quota. Credentials never appear in URLs,
+// logs or errors.
+
 import (
 	"context"
 	"errors"

@@ -1,5 +1,18 @@
 package dynamodb
 
+// Labels and Inspect (internals; the package doc in doc.go has what users need).
+//
+// The label is the item's attribute fencelockLabel (S), set by the granting
+// UpdateItem (no extra request) and by SetLabel (an owner-checked write,
+// like a heartbeat's). The AWS Lock Client sees it as an additional
+// attribute and drops it when it writes the item itself. Inspect is one
+// consistent GetItem: the lock reads as held unless the item is released or
+// this Client has watched its version unchanged for its lease duration (the
+// read joins the Client's observation memory); the remaining time is what
+// is left of that duration since this Client first read the version (a
+// Client reading for the first time sees the whole duration); waiters are
+// the waitQueue's entries.
+
 import (
 	"context"
 	"time"

@@ -1,5 +1,54 @@
 package dynamodb
 
+// Table and item layout (internals; the package doc in doc.go has what users need).
+//
+// The table has partition key "key" of type S and no sort key (the AWS
+// Lock Client's default; CreateTable or create_table=true makes one with
+// on-demand billing). A lock whose store key is K (the name after
+// Options.Prefix) is the item with key = K:
+//
+//   - key (S): K.
+//   - ownerName (S): "<Config.Owner>/<token>", the token new for every
+//     grant (32 hex characters). Heartbeat and release are conditional on
+//     it.
+//   - recordVersionNumber (S): a random UUID, new on every acquire,
+//     heartbeat and release. Every write is conditional on it.
+//   - leaseDuration (S): the lease TTL in decimal milliseconds, as the AWS
+//     Lock Client writes it ("20000"); rewritten by each heartbeat.
+//   - isReleased (S): "1" once released, absent while held (the AWS Lock
+//     Client's representation: it treats the attribute's presence as
+//     released).
+//   - data (B): optional, the AWS Lock Client's payload. fencelock never
+//     writes it and keeps it.
+//   - fence (N): fencelock's fencing token.
+//   - waitQueue (L of S): fencelock's blocked Acquires in arrival order
+//     (see Waiting, atop queue.go), at most 16 entries "<token> <count> <lapse ms>", so
+//     the item stays under 1 KB; an empty list when nobody waits.
+//
+// fencelock never deletes an item: release marks it released, so the
+// fence stays with the name.
+//
+// What the AWS Lock Client sees of our locks, and we of theirs (internals; the package doc in doc.go has what users need).
+//
+// They exclude each other both ways: the AWS Lock Client reads our items
+// as its own (our fence is one more attribute to it), waits a lease
+// duration on our version like on any other, takes our released items
+// (isReleased = "1") even while fencelock waiters are queued (it ignores
+// waitQueue; see Waiting, atop queue.go), and its heartbeat and release conditions never
+// match our versions. We read its items (ownerName, recordVersionNumber,
+// leaseDuration, isReleased) the same way; an item it deleted is free, one
+// it marked released is taken at once. cirello-io/dynamolock uses the
+// same attribute names but writes leaseDuration as a Go duration ("20s"):
+// fencelock reads that form too (and so waits on such locks for their
+// real lease); whether that client reads the milliseconds form fencelock
+// writes was not verified, so test before sharing a table with it. A
+// foreign item with a missing or malformed attribute (no
+// recordVersionNumber, a leaseDuration that is neither milliseconds nor a
+// Go duration, an isReleased other than "1", a waitQueue that is not a
+// list of strings) is an error naming the attribute: it is never taken
+// over. Items with a sort key are
+// another table layout and are not supported (opening checks the schema).
+
 import (
 	"crypto/rand"
 	"encoding/hex"
@@ -11,7 +60,7 @@ import (
 )
 
 // The item layout: the AWS DynamoDB Lock Client's attribute names and
-// representations (see the package doc), plus fence.
+// representations (see the layout atop this file), plus fence.
 const (
 	attrKey      = "key"                 // S, partition key: the lock's store key
 	attrOwner    = "ownerName"           // S

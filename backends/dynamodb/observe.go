@@ -1,5 +1,28 @@
 package dynamodb
 
+// Expiry by observation (internals; the package doc in doc.go has what users need).
+//
+// DynamoDB keeps no lease clock, and the clocks of the machines sharing a
+// table are not trusted to agree, so expiry is decided by observation
+// (Capabilities.TimeAuthority is TimeClient), as in the AWS Lock Client.
+// Each Client remembers, per lock it found held, the record version and
+// the local monotonic time at which it first read it (the receipt of the
+// read, which is after the holder sent the write that made that version).
+// Once the version has stayed unchanged for the item's leaseDuration from
+// then, the Client may take the lock with a write conditional on that
+// exact version; a heartbeat in between changes the version, and the
+// write fails. The holder's local validity deadline runs from when it sent
+// its last successful write, less drift, so it always ends before a
+// waiter can have watched a full lease.
+//
+// The cost: an abandoned lock is taken a full lease duration after the
+// waiter FIRST READ it, not after the holder's last heartbeat. A waiter
+// that arrives late waits a whole lease; Lease.StoreTTL reports the
+// bound (the TTL plus two poll intervals) for sizing such waits. A blocked
+// Acquire keeps its observation between polls, and so does a later
+// TryAcquire on the same Client (the memory is per Client, bounded to
+// 10,000 locks).
+
 import (
 	"sync"
 	"time"

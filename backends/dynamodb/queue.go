@@ -1,5 +1,65 @@
 package dynamodb
 
+// Waiting: a queue in the item (internals; the package doc in doc.go has what users need).
+//
+// Blocked Acquires (driver.Blocker) wait in line in the item's waitQueue
+// and are served in the order they joined it:
+//
+//   - Join: an Acquire whose first write is refused reads the item and
+//     appends its entry with one conditional UpdateItem (list_append, only
+//     if the item exists, the queue has fewer than 16 entries and not this
+//     entry already). While the queue is full, later waiters poll and join
+//     when a place frees.
+//   - Take: only the first waiter in line takes the lock, when it is
+//     released, gone, or its version watched unchanged for its lease
+//     duration, with the acquire write conditional on waitQueue[0] being
+//     its entry, which the same write removes. Everyone else's acquire
+//     write (a later arrival, TryAcquire, the releaser coming back) is
+//     refused while anyone waits, even on a released lock: TryAcquire
+//     returns ErrNotAcquired saying that waiters queued first. So the
+//     releaser cannot re-grab, and a holder that crashed is taken over by
+//     the first waiter in line.
+//   - Refresh: a waiter rewrites its entry (a higher count) every third
+//     of its lapse time, with a write conditional on the entry at its
+//     index. The lapse time is the TTL the waiter asked for, at most 10s.
+//   - Lapse: an entry is watched like a lease: once a Client has seen the
+//     same entry unchanged for its lapse time since its first read of it
+//     (local monotonic time; no clocks compared), a blocked Acquire or a
+//     TryAcquire of that Client removes it with a write conditional on the
+//     entry at its index. A waiter that died thus holds the line up for
+//     at most its lapse time after the others first saw its entry (plus a
+//     poll). Dead waiters seen by the same read lapse together, and a
+//     blocked Acquire drops them one write each without waiting between
+//     (TryAcquire drops at most one per call). A live waiter that stalled
+//     past its lapse finds its entry gone and joins again at the back.
+//     A dead waiter with a lapse longer than the holder's lease delays the
+//     takeover of an abandoned lock past Lease.StoreTTL, by up to the
+//     difference.
+//   - Leave: an Acquire that ends without the lock (ctx ended, Client
+//     closed, an error) removes its entry before it returns, on a
+//     detached context (read, then remove conditional on the entry at its
+//     index; up to three tries). If that fails the entry lapses.
+//
+// Waiters read the item with a consistent GetItem: after a quarter of the
+// time since they last saw the lock change hands or themselves move up in
+// line, between 5ms and Config.PollInterval (by default the held item's
+// lease duration / 20, between 10ms and 200ms), times their place in line
+// (the first waits least), jittered down to half, and no later than the
+// watched version's expiry or their next refresh. A lock that changes
+// hands often is read often, a long-held one at most every
+// PollInterval; a released lock is taken within one such wait plus a read
+// and a write. Polls are reads, which cost less than refused conditional
+// writes. The portable Backoff is not used.
+//
+// Capabilities.FIFO is false: the order holds among the first 16 waiters,
+// for waiters that refresh in time, and on items no other client
+// rewrites. The AWS Lock Client ignores waitQueue (an attribute it does not
+// know): it takes a released or expired lock without regard to fencelock's
+// waiters, and its PutItem (acquire) and DeleteItem (release) wipe the
+// queue, after which the waiters find their entries gone and join again,
+// in the order their next reads come. Mixed fleets therefore get no
+// fairness from the queue, only mutual exclusion.
+
 import (
 	"context"
 	"errors"
@@ -16,7 +76,7 @@ import (
 	"github.com/fencelock/fencelock/driver"
 )
 
-// The wait queue (see the package doc, # Waiting).
+// The wait queue (see Waiting, atop this file).
 const (
 	// maxQueue bounds the entries of one lock's wait queue, so that the
 	// item stays under 1 KB (one write unit): later waiters poll until a
@@ -109,7 +169,7 @@ type waiter struct {
 
 // Acquire implements driver.Blocker: a blocked Acquire joins the lock's
 // wait queue and takes the lock when it is first in line and the lock is
-// free or expired (see the package doc, # Waiting).
+// free or expired (see Waiting, atop this file).
 func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
 	w := &waiter{b: b, req: req, lapse: entryLapse(req.TTL), pos: -1}
 	l, sent, err := w.wait(ctx)

@@ -1,5 +1,14 @@
 package etcd
 
+// Admin (internals; the package doc in doc.go has what users need).
+//
+// The backend implements driver.Admin, which `fencelock conformance
+// --url` uses (Client.As does not hand it out): Expire deletes
+// the key of a lock's holder (the first key under its prefix, any
+// client's), as the expiry of a lease of its own would, without revoking
+// its lease, which may carry other locks; KillSessions revokes every class
+// lease of this Client (held and waiting keys).
+
 import (
 	"context"
 	"fmt"

@@ -1,5 +1,81 @@
 package etcd
 
+// TTLs and leases (internals; the package doc in doc.go has what users need).
+//
+// A Client keeps one etcd lease per TTL class (the TTL rounded up to whole
+// seconds, TTLGranularity 1s), like concurrency.Session, and attaches the
+// key of every lock it queues or holds with that TTL to it: granted at the
+// first acquisition with that TTL, revoked by Close. etcd itself raises a
+// TTL below 1.5 × its election timeout, rounded up: 2 s with etcd's
+// default 1 s election timeout (a stock server), 1 s with an election
+// timeout up to 666 ms. Open by URL therefore asks the cluster
+// (ProbeMinTTL: grant a 1 s lease, read the granted TTL, revoke it) and
+// sets Capabilities().MinTTL to the answer, so shorter TTLs are rejected
+// with ErrInvalid rather than silently raised; New uses Config.MinTTL
+// (default 1 s). Every Grant and KeepAlive response carries the TTL etcd
+// granted; the lease reports it (driver.GrantedTTLer, hence
+// Lease.StoreTTL), and the client side still ends the lease at the TTL it
+// asked for, which is safe.
+//
+// Acquire is one Txn (create our key on the class lease, read the queue),
+// as Mutex.Lock is. The portable layer counts a lease's validity from when
+// the request that started its TTL was sent, so the class lease's TTL
+// must restart after the acquisition began, or the driver must report
+// when it did restart. The portable Client's TryAcquire and Acquire do the
+// latter (driver.TimedTryAcquirer, driver.Blocker): they report the send
+// time of the class lease's last refresh, and refresh it first only if
+// that is older than TTL/6 (in the background, not waited for, once it is
+// older than TTL/12), so a grant is one Txn, as Mutex's is, and its
+// validity may be up to TTL/6 shorter than the TTL. The bare driver's
+// TryAcquire, which cannot report it, sends a keepalive of the class
+// lease alongside its Txn (shared with the class's other acquisitions and
+// renewals of that moment). A keepalive is one message on the
+// Client's one LeaseKeepAlive stream, not a new gRPC stream.
+//
+// Renewal (Lease.Extend and auto-renew) joins the class's next
+// keepalive: never one already sent (its send time would precede the
+// renewal, and validity counts from it), but the one not sent yet, shared
+// by every renewal of the class that asks before it goes out. The class
+// sends at most one such keepalive at a time, and at most one per
+// refreshGap (TTL/200, within 5 to 25 ms), so a Client holding any number
+// of leases of one TTL sends at most 40 to 200 keepalives per second for
+// them, and a renewal waits at most refreshGap longer. A keepalive proves
+// only that the class lease lives, not that our key is still on it (it
+// may have been deleted and the lock granted to another client), and the
+// shared loss watch (Waiting and loss, atop watch.go) may lag, so neither is trusted: with each
+// keepalive that renewals joined goes one linearizable read of their keys
+// (a read-only Txn of up to 128 keys-only Gets, served without a raft
+// write), sent right after the keepalive so that the two overlap. A
+// renewal counts only if that read found its key with its CreateRevision
+// on the class lease; if the key is gone or another's, Extend reports
+// ErrLeaseLost, whatever the watch has delivered. Renewals thus cost the
+// cluster as many cheap reads as keepalives, not one per lease, and a
+// renewal's latency is the slower of the two.
+// etcd cannot change a lease's TTL, so Extend with a TTL of another whole
+// number of seconds moves our key to that TTL's class lease (a Txn Put,
+// only if the key's CreateRevision is still ours, that keeps the
+// CreateRevision, hence the fence and the place in the queue).
+//
+// The class lease is kept alive only by those renewals and by waiting
+// acquires, never by a loop of its own. A lock that is not renewed thus
+// still ends in the store after its TTL: if no other lock renews the
+// class lease, it expires; if one does, the Client deletes the unrenewed
+// key itself once its TTL (as granted) has passed since its last renewal
+// (a timer per lease, no goroutine), after the portable deadline. If the
+// Client dies, the class lease expires and every key on it goes. A class
+// lease that is gone (revoked, expired: a keepalive or a Put finds "lease
+// not found") ends every lease on it at once, and the next acquisition
+// grants a new one.
+//
+// Release deletes our key with a plain DeleteRange, as Mutex.Unlock
+// does: no other key ever has its name while we hold it (the class
+// lease's ID and a number the Client gives one contender at a time, taken
+// back only after this delete), so it cannot delete another holder's
+// key, and its PrevKv tells whether the key was still ours (if not, the
+// lease was lost). An acquire+release is thus two raft writes, the
+// minimum for a queue of keys, and a held lease costs no goroutine and no
+// RPC of its own.
+
 import (
 	"context"
 	"errors"

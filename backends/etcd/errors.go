@@ -1,5 +1,12 @@
 package etcd
 
+// Errors (internals; the package doc in doc.go has what users need).
+//
+// A cluster that does not answer within Config.RequestTimeout (default 5 s)
+// yields errors wrapping fencelock.ErrUnavailable; when the caller's ctx
+// ends first the error matches the ctx error (and ErrUnavailable too if no
+// endpoint was connected).
+
 import (
 	"context"
 	"errors"

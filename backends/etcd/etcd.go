@@ -1,15 +1,6 @@
-// Package etcd is the etcd:// backend: locks that follow etcd's own
-// concurrency.Mutex protocol, with a fence taken from the cluster revision.
-//
-//	import (
-//		clientv3 "go.etcd.io/etcd/client/v3"
-//		"github.com/fencelock/fencelock/backends/etcd"
-//	)
-//
-//	cli, _ := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}})
-//	locks := etcd.New(cli, nil)
-//
-// # Key layout and interoperability
+package etcd
+
+// Key layout and interoperability (internals; the package doc in doc.go has what users need).
 //
 // A lock on store key K (the lock name with Options.Prefix in front) is a
 // set of keys under the lock prefix
@@ -37,170 +28,13 @@
 // or "%" map to themselves: `etcdctl lock locks/job` and the name "job"
 // under etcd://host/locks share a lock.
 //
-// # Fences
+// Fences (internals; the package doc in doc.go has what users need).
 //
 // The fence is the CreateRevision of our key: a cluster-wide raft revision,
 // so every later holder of the name (whose key is created later) has a
 // greater one, across releases, expiry, client crashes, member restarts and
 // leader elections (FenceStrict). Guard turns a lease into an etcd Txn
 // comparison for data kept in etcd itself.
-//
-// # TTLs and leases
-//
-// A Client keeps one etcd lease per TTL class (the TTL rounded up to whole
-// seconds, TTLGranularity 1s), like concurrency.Session, and attaches the
-// key of every lock it queues or holds with that TTL to it: granted at the
-// first acquisition with that TTL, revoked by Close. etcd itself raises a
-// TTL below 1.5 × its election timeout, rounded up: 2 s with etcd's
-// default 1 s election timeout (a stock server), 1 s with an election
-// timeout up to 666 ms. Open by URL therefore asks the cluster
-// (ProbeMinTTL: grant a 1 s lease, read the granted TTL, revoke it) and
-// sets Capabilities().MinTTL to the answer, so shorter TTLs are rejected
-// with ErrInvalid rather than silently raised; New uses Config.MinTTL
-// (default 1 s). Every Grant and KeepAlive response carries the TTL etcd
-// granted; the lease reports it (driver.GrantedTTLer, hence
-// Lease.StoreTTL), and the client side still ends the lease at the TTL it
-// asked for, which is safe.
-//
-// Acquire is one Txn (create our key on the class lease, read the queue),
-// as Mutex.Lock is. The portable layer counts a lease's validity from when
-// the request that started its TTL was sent, so the class lease's TTL
-// must restart after the acquisition began, or the driver must report
-// when it did restart. The portable Client's TryAcquire and Acquire do the
-// latter (driver.TimedTryAcquirer, driver.Blocker): they report the send
-// time of the class lease's last refresh, and refresh it first only if
-// that is older than TTL/6 (in the background, not waited for, once it is
-// older than TTL/12), so a grant is one Txn, as Mutex's is, and its
-// validity may be up to TTL/6 shorter than the TTL. The bare driver's
-// TryAcquire, which cannot report it, sends a keepalive of the class
-// lease alongside its Txn (shared with the class's other acquisitions and
-// renewals of that moment). A keepalive is one message on the
-// Client's one LeaseKeepAlive stream, not a new gRPC stream.
-//
-// Renewal (Lease.Extend and auto-renew) joins the class's next
-// keepalive: never one already sent (its send time would precede the
-// renewal, and validity counts from it), but the one not sent yet, shared
-// by every renewal of the class that asks before it goes out. The class
-// sends at most one such keepalive at a time, and at most one per
-// refreshGap (TTL/200, within 5 to 25 ms), so a Client holding any number
-// of leases of one TTL sends at most 40 to 200 keepalives per second for
-// them, and a renewal waits at most refreshGap longer. A keepalive proves
-// only that the class lease lives, not that our key is still on it (it
-// may have been deleted and the lock granted to another client), and the
-// shared loss watch (below) may lag, so neither is trusted: with each
-// keepalive that renewals joined goes one linearizable read of their keys
-// (a read-only Txn of up to 128 keys-only Gets, served without a raft
-// write), sent right after the keepalive so that the two overlap. A
-// renewal counts only if that read found its key with its CreateRevision
-// on the class lease; if the key is gone or another's, Extend reports
-// ErrLeaseLost, whatever the watch has delivered. Renewals thus cost the
-// cluster as many cheap reads as keepalives, not one per lease, and a
-// renewal's latency is the slower of the two.
-// etcd cannot change a lease's TTL, so Extend with a TTL of another whole
-// number of seconds moves our key to that TTL's class lease (a Txn Put,
-// only if the key's CreateRevision is still ours, that keeps the
-// CreateRevision, hence the fence and the place in the queue).
-//
-// The class lease is kept alive only by those renewals and by waiting
-// acquires, never by a loop of its own. A lock that is not renewed thus
-// still ends in the store after its TTL: if no other lock renews the
-// class lease, it expires; if one does, the Client deletes the unrenewed
-// key itself once its TTL (as granted) has passed since its last renewal
-// (a timer per lease, no goroutine), after the portable deadline. If the
-// Client dies, the class lease expires and every key on it goes. A class
-// lease that is gone (revoked, expired: a keepalive or a Put finds "lease
-// not found") ends every lease on it at once, and the next acquisition
-// grants a new one.
-//
-// Release deletes our key with a plain DeleteRange, as Mutex.Unlock
-// does: no other key ever has its name while we hold it (the class
-// lease's ID and a number the Client gives one contender at a time, taken
-// back only after this delete), so it cannot delete another holder's
-// key, and its PrevKv tells whether the key was still ours (if not, the
-// lease was lost). An acquire+release is thus two raft writes, the
-// minimum for a queue of keys, and a held lease costs no goroutine and no
-// RPC of its own.
-//
-// # Waiting and loss
-//
-// A blocked Acquire keeps its key (and its place in the FIFO queue) and
-// waits for the deletion of the key just ahead of it. Held leases and
-// waiters share one watch per Client, on every key under KeyPrefix
-// (deletions only; with an empty KeyPrefix, the whole keyspace), which
-// delivers deletions in revision order; a release thus wakes the one
-// waiter behind it, and no herd. The watch starts with the Client's
-// first waiter, or once a lease has been held for 50 ms (from the
-// revision just after the lease's grant, so it still sees every deletion
-// since), and stops once for a second it has had no waiter and no lease
-// held that long: an idle Client, or one whose locks are short
-// uncontended holds, costs the cluster no watch, and its releases none
-// of the watch's work (etcd sends a watch every deletion under its
-// prefix, our own too). The loss of a lease in its first 50 ms is thus
-// reported up to 50 ms later, plus etcd's catch-up of a watch that starts
-// in the past (up to 100 ms). The read that queues us (or the last read
-// of the queue) returns the keys ahead of ours, all of them if at most
-// 16. When the key just ahead is deleted, and it was the only key ahead
-// of ours, or every other key ahead was deleted before it (the watch
-// delivered it), with no deletion of our own key delivered before or
-// with it, that proves our key first as of that revision (a key created
-// later is behind ours): the turn passes with no request at all.
-// Otherwise the waiter reads the queue again as of the
-// deletion's revision (a serializable read at a fixed revision, which any
-// member serves from its own store). Our own key is never counted first
-// unless a read, or the watch up to that revision, shows it still exists
-// (the check whose absence caused Jepsen's etcd 3.4.3 finding); if it is
-// gone (its lease expired, or someone deleted it) the waiter queues
-// again. Its class lease is kept alive while it waits, and the queue is
-// read again at each keepalive (TTL/3), in case a deletion was never
-// delivered.
-//
-// A deletion of a held key that is not our Release (lease expiry,
-// revocation, etcdctl del, Admin.Expire) ends that lease as soon as the
-// watch delivers it (Lease.Done, through driver.LossNotifier: no goroutine
-// per lease): at once, or, in the lease's first 50 ms, once the watch
-// has started for it (above). The
-// watch resumes after the last revision it delivered when it breaks, and
-// reads every held key (and has every waiter read its queue) after a
-// compaction made it skip revisions; it keeps the latest deletions it
-// delivered, so a lease or a waiter registered after a deletion of its
-// keys that the watch delivered first still sees it; so it never misses
-// a deletion.
-//
-// # Errors
-//
-// A cluster that does not answer within Config.RequestTimeout (default 5 s)
-// yields errors wrapping fencelock.ErrUnavailable; when the caller's ctx
-// ends first the error matches the ctx error (and ErrUnavailable too if no
-// endpoint was connected).
-//
-// # Admin
-//
-// The backend implements driver.Admin, which `fencelock conformance
-// --url` uses (Client.As does not hand it out): Expire deletes
-// the key of a lock's holder (the first key under its prefix, any
-// client's), as the expiry of a lease of its own would, without revoking
-// its lease, which may carry other locks; KillSessions revokes every class
-// lease of this Client (held and waiting keys).
-//
-// # As
-//
-// Client.As supports **clientv3.Client. Clients made by New share the
-// caller's etcd client; clients opened by URL own theirs. Lease.As supports
-// *Guard (see Guard; GuardOf is a helper over it) and *clientv3.LeaseID.
-//
-// # Labels and Inspect
-//
-// The label is the value of our lock key (concurrency.Mutex and `etcdctl
-// lock` write an empty value and never read it, so they still exclude us
-// and we them), which is where etcd's own concurrency.Election keeps a
-// leader's value: an Election on the same lock prefix reports our leader's
-// label (TestElectionInterop). SetLabel rewrites the value in place while
-// the key's CreateRevision is ours, keeping its lease (as
-// Election.Proclaim). Inspect is one read of the lock prefix (the
-// first-created key holds: its value, its CreateRevision as the fence; the
-// other keys are queued waiters) and the holder's etcd lease's TimeToLive
-// (whole seconds, rounded up).
-package etcd
 
 import (
 	"context"
@@ -756,7 +590,7 @@ func (b *backend) tryAcquire(ctx context.Context, req driver.AcquireRequest, tim
 	return l, c.sent, nil
 }
 
-// Acquire queues a key and waits for its turn (see the package doc).
+// Acquire queues a key and waits for its turn (see Waiting and loss, atop watch.go).
 func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
 	if err := b.begin(); err != nil {
 		return nil, time.Time{}, err

@@ -1,5 +1,18 @@
 package etcd
 
+// Labels and Inspect (internals; the package doc in doc.go has what users need).
+//
+// The label is the value of our lock key (concurrency.Mutex and `etcdctl
+// lock` write an empty value and never read it, so they still exclude us
+// and we them), which is where etcd's own concurrency.Election keeps a
+// leader's value: an Election on the same lock prefix reports our leader's
+// label (TestElectionInterop). SetLabel rewrites the value in place while
+// the key's CreateRevision is ours, keeping its lease (as
+// Election.Proclaim). Inspect is one read of the lock prefix (the
+// first-created key holds: its value, its CreateRevision as the fence; the
+// other keys are queued waiters) and the holder's etcd lease's TimeToLive
+// (whole seconds, rounded up).
+
 import (
 	"context"
 	"time"

@@ -1,5 +1,50 @@
 package etcd
 
+// Waiting and loss (internals; the package doc in doc.go has what users need).
+//
+// A blocked Acquire keeps its key (and its place in the FIFO queue) and
+// waits for the deletion of the key just ahead of it. Held leases and
+// waiters share one watch per Client, on every key under KeyPrefix
+// (deletions only; with an empty KeyPrefix, the whole keyspace), which
+// delivers deletions in revision order; a release thus wakes the one
+// waiter behind it, and no herd. The watch starts with the Client's
+// first waiter, or once a lease has been held for 50 ms (from the
+// revision just after the lease's grant, so it still sees every deletion
+// since), and stops once for a second it has had no waiter and no lease
+// held that long: an idle Client, or one whose locks are short
+// uncontended holds, costs the cluster no watch, and its releases none
+// of the watch's work (etcd sends a watch every deletion under its
+// prefix, our own too). The loss of a lease in its first 50 ms is thus
+// reported up to 50 ms later, plus etcd's catch-up of a watch that starts
+// in the past (up to 100 ms). The read that queues us (or the last read
+// of the queue) returns the keys ahead of ours, all of them if at most
+// 16. When the key just ahead is deleted, and it was the only key ahead
+// of ours, or every other key ahead was deleted before it (the watch
+// delivered it), with no deletion of our own key delivered before or
+// with it, that proves our key first as of that revision (a key created
+// later is behind ours): the turn passes with no request at all.
+// Otherwise the waiter reads the queue again as of the
+// deletion's revision (a serializable read at a fixed revision, which any
+// member serves from its own store). Our own key is never counted first
+// unless a read, or the watch up to that revision, shows it still exists
+// (the check whose absence caused Jepsen's etcd 3.4.3 finding); if it is
+// gone (its lease expired, or someone deleted it) the waiter queues
+// again. Its class lease is kept alive while it waits, and the queue is
+// read again at each keepalive (TTL/3), in case a deletion was never
+// delivered.
+//
+// A deletion of a held key that is not our Release (lease expiry,
+// revocation, etcdctl del, Admin.Expire) ends that lease as soon as the
+// watch delivers it (Lease.Done, through driver.LossNotifier: no goroutine
+// per lease): at once, or, in the lease's first 50 ms, once the watch
+// has started for it (above). The
+// watch resumes after the last revision it delivered when it breaks, and
+// reads every held key (and has every waiter read its queue) after a
+// compaction made it skip revisions; it keeps the latest deletions it
+// delivered, so a lease or a waiter registered after a deletion of its
+// keys that the watch delivered first still sees it; so it never misses
+// a deletion.
+
 import (
 	"context"
 	"math"

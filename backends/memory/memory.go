@@ -1,30 +1,3 @@
-// Package memory is the mem:// reference backend: an in-process lock store
-// that passes the whole conformance suite. Use it in unit tests of code that
-// takes a fencelock.Locker, instead of a mock.
-//
-// # URLs
-//
-//	mem://          the process-wide default store (every mem:// client shares it)
-//	mem://NAME      a named store, shared by every mem://NAME client in the process
-//	memrpc://HOST:PORT  a Store served by another process with Serve (multi-process tests)
-//
-// # Fences
-//
-// A per-name counter that release and expiry never reset: FenceStrict within
-// the process that holds the Store.
-//
-// # Expiry and waiting
-//
-// Locks expire on the monotonic clock of the process holding the Store; an
-// expiry or Store.Expire reports loss to the holder's lease at once
-// (LossNotifier) and wakes waiters (Waiter), as a release does.
-//
-// # Labels and Inspect
-//
-// The label is kept in the Store's entry for the lock; Inspect reports the
-// holder's label, fence and remaining TTL (no waiter count: waiters poll),
-// and Lease.SetLabel changes it in place. memrpc:// does the same over its
-// RPC.
 package memory
 
 import (

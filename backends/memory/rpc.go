@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/rpc"
+	"sync"
 	"time"
 
 	"github.com/fencelock/fencelock/backends/memory/internal/wire"
@@ -83,33 +84,87 @@ func (r *rpcStore) Wait(a wire.Args, rep *wire.Reply) error {
 	return nil
 }
 
-// rpcBackend is the driver for memrpc://.
-type rpcBackend struct{ c *rpc.Client }
+// rpcBackend is the driver for memrpc://. It holds one connection and
+// dials a new one for the next call after the old one broke (a reset, the
+// serving process restarting its listener): calls in flight on a broken
+// connection fail with ErrUnavailable, later ones use the new connection.
+type rpcBackend struct {
+	addr string
+
+	mu     sync.Mutex
+	c      *rpc.Client // nil: dial at the next call
+	closed bool
+}
 
 var _ driver.Waiter = (*rpcBackend)(nil)
 
 func dialRPC(ctx context.Context, addr string) (*rpcBackend, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("%w: memrpc %s: %v", driver.ErrUnavailable, addr, err)
+	b := &rpcBackend{addr: addr}
+	if _, err := b.client(ctx); err != nil {
+		return nil, err
 	}
-	return &rpcBackend{c: rpc.NewClient(conn)}, nil
+	return b, nil
+}
+
+// client returns the current connection, dialling one if there is none.
+func (b *rpcBackend) client(ctx context.Context) (*rpc.Client, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, fmt.Errorf("%w: memrpc %s: client closed", driver.ErrUnavailable, b.addr)
+	}
+	if b.c == nil {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", b.addr)
+		if err != nil {
+			return nil, fmt.Errorf("%w: memrpc %s: %v", driver.ErrUnavailable, b.addr, err)
+		}
+		b.c = rpc.NewClient(conn)
+	}
+	return b.c, nil
+}
+
+// broken forgets c after a call on it failed for a reason other than the
+// server's answer (the connection is gone), so the next call redials.
+func (b *rpcBackend) broken(c *rpc.Client, err error) {
+	var se rpc.ServerError
+	if errors.As(err, &se) {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.c == c {
+		_ = c.Close()
+		b.c = nil
+	}
+}
+
+// start sends method; the call's Done channel answers.
+func (b *rpcBackend) start(ctx context.Context, method string, a wire.Args, rep *wire.Reply) (*rpc.Client, *rpc.Call, error) {
+	c, err := b.client(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, c.Go("Store."+method, a, rep, make(chan *rpc.Call, 1)), nil
 }
 
 func (b *rpcBackend) call(ctx context.Context, method string, a wire.Args) (wire.Reply, error) {
 	rep := new(wire.Reply)
-	call := b.c.Go("Store."+method, a, rep, make(chan *rpc.Call, 1))
+	c, call, err := b.start(ctx, method, a, rep)
+	if err != nil {
+		return wire.Reply{}, err
+	}
 	select {
 	case <-call.Done:
-		return finish(call, rep)
+		return b.finish(c, call, rep)
 	case <-ctx.Done():
 		return wire.Reply{}, ctx.Err()
 	}
 }
 
-func finish(call *rpc.Call, rep *wire.Reply) (wire.Reply, error) {
+func (b *rpcBackend) finish(c *rpc.Client, call *rpc.Call, rep *wire.Reply) (wire.Reply, error) {
 	if call.Error != nil {
+		b.broken(c, call.Error)
 		return wire.Reply{}, fmt.Errorf("%w: memrpc: %v", driver.ErrUnavailable, call.Error)
 	}
 	return *rep, nil
@@ -118,7 +173,10 @@ func finish(call *rpc.Call, rep *wire.Reply) (wire.Reply, error) {
 func (b *rpcBackend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
 	a := wire.Args{Name: req.Name, Token: req.Token, Label: req.Label, TTL: req.TTL}
 	rep := new(wire.Reply)
-	call := b.c.Go("Store.TryAcquire", a, rep, make(chan *rpc.Call, 1))
+	c, call, err := b.start(ctx, "TryAcquire", a, rep)
+	if err != nil {
+		return nil, err
+	}
 	select {
 	case <-call.Done:
 	case <-ctx.Done():
@@ -126,7 +184,7 @@ func (b *rpcBackend) TryAcquire(ctx context.Context, req driver.AcquireRequest) 
 		// answer (bounded) and free a grant, so nothing is left held.
 		select {
 		case <-call.Done:
-			if r, err := finish(call, rep); err == nil && r.Code == wire.OK {
+			if r, err := b.finish(c, call, rep); err == nil && r.Code == wire.OK {
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 				defer cancel()
 				_, _ = b.call(rctx, "Release", a)
@@ -135,7 +193,7 @@ func (b *rpcBackend) TryAcquire(ctx context.Context, req driver.AcquireRequest) 
 		}
 		return nil, ctx.Err()
 	}
-	r, err := finish(call, rep)
+	r, err := b.finish(c, call, rep)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +234,17 @@ func (b *rpcBackend) Inspect(ctx context.Context, name string) (driver.LockInfo,
 	return driver.LockInfo{Held: r.Held, Label: r.Label, Fence: r.Fence, Remaining: r.Remaining, Waiters: -1}, nil
 }
 
-func (b *rpcBackend) Close() error { return b.c.Close() }
+func (b *rpcBackend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	if b.c == nil {
+		return nil
+	}
+	err := b.c.Close()
+	b.c = nil
+	return err
+}
 
 type rpcLease struct {
 	b           *rpcBackend

@@ -1,5 +1,20 @@
 package pgadvisory
 
+// Admin (internals; the package doc in doc.go has what users need).
+//
+// The backend implements driver.Admin, which `fencelock conformance
+// --url` uses (Client.As does not hand it out): Expire
+// terminates (pg_terminate_backend) the session holding the advisory lock
+// of a name, found in pg_locks, whichever client it belongs to; KillSessions
+// terminates every session of this Client (held leases, waiters, idle pool
+// connections). Both run on a connection of
+// their own and need the pg_signal_backend role (or the same role as the
+// sessions, or a superuser). Beside them, driver.QueueAdmin counts the
+// sessions queued for a name (pg_locks rows not granted), and
+// driver.LoadAdmin holds a write transaction open in a session of its
+// own, so that the suite checks that fences keep rising while the
+// server's snapshot horizon is held back.
+
 import (
 	"context"
 	"fmt"

@@ -1,5 +1,97 @@
 package pgadvisory
 
+// Fence (internals; the package doc in doc.go has what users need).
+//
+// Fences are transaction IDs, pg_current_xact_id(), taken while the session
+// holds the lock. Transaction IDs are 64-bit (xid8: epoch and xid), assigned
+// from one cluster-wide counter, and never reused nor rolled back (a
+// rolled-back transaction's ID is consumed too), so a grant after another
+// grant of the same name always has a larger fence: the next holder's ID is
+// assigned after it got the lock, hence after the previous holder let it go,
+// hence after the previous holder's ID was assigned. It fits in an int64 and
+// is never 0. No table or sequence is needed, so the backend works for any
+// role that can connect, and behind PgBouncer. A sequence would do as well
+// but needs DDL; a counter row updated in the lease's transaction would not
+// (it rolls back with a lost lease).
+//
+// An ID that no durable WAL record mentions can be handed out again after a
+// server crash (not after a clean restart): crash recovery restarts the
+// counter past the last checkpoint's and every replayed record's IDs, and no
+// further. So with the fence flush on (the default) the fence is the ID of a
+// transaction that commits durably before the grant returns, all in the
+// grant's one round trip:
+//
+//	BEGIN;
+//	SELECT CASE WHEN l THEN pg_current_xact_id() END,                       -- the fence
+//	       CASE WHEN l THEN pg_logical_emit_message(true, 'fencelock', '') END,
+//	       <synchronous_commit raised from off to local, for this commit>,
+//	       set_config('fencelock.held', CASE WHEN l THEN '<key>' ELSE '' END, false)
+//	  FROM (SELECT pg_try_advisory_lock(<key>) AS l) AS s;
+//	COMMIT;
+//	BEGIN;                                                                   -- the lease's transaction
+//	SELECT set_config('idle_in_transaction_session_timeout', '<TTL ms>', true),
+//	       CASE WHEN current_setting('fencelock.held', true) = '<key>' THEN
+//	         (SELECT pg_advisory_unlock(<key>) FROM (SELECT pg_advisory_xact_lock(<key>)) AS x) END;
+//
+// The session takes the lock at session level, which outlives the first
+// transaction; assigns the fence; writes a transactional WAL message, so
+// that the COMMIT writes WAL and therefore waits until its commit record,
+// which names the fence, is flushed (with synchronous replication, until
+// the standbys have it too); then the lease's transaction takes the same
+// lock at transaction level — granted at once, since this session holds it
+// — and drops the session-level hold. The lock never leaves the session, so
+// the fence was assigned while it was held, and it is durable before the
+// reply is sent: after a crash the server restarts past it
+// (TestFenceSurvivesServerCrash kills the server right after a grant;
+// without the flush the fence repeats). Blocking Acquire does the same with
+// pg_advisory_lock, so the flush adds no round trip to a hand-off either
+// (TestFenceSurvivesServerCrashAfterWait).
+// The setting fencelock.held (set in the session by every such grant) tells
+// the second part whether the first got the lock; a miss leaves the lease's
+// transaction empty and it is rolled back. This is what makes the guarantee
+// FenceStrict: as strong as PostgreSQL's durability of a committed
+// transaction (with synchronous replication, across failover too; with
+// asynchronous replicas a failover can lose it, as it can lose any commit).
+// The lease's own transaction then writes nothing, so Release's COMMIT is
+// not flushed. A query that fails, or whose caller gives up, closes its
+// connection, which ends the session and frees a session-level hold too.
+//
+// Config.NoFenceFlush (fence_flush=false) uses the lease transaction's own
+// ID, taken in the query shown under "Lease = transaction" (atop pgadvisory.go): no WAL flush per
+// grant, and FenceBestEffort. Both kinds of fence are IDs assigned while the
+// lock was held, so clients with and without the flush, and older versions
+// of this package (whose strict fence was the lease transaction's ID), may
+// share names. Logical decoding plugins see the messages (prefix
+// "fencelock") only if they ask for messages.
+//
+// Cost (internals; the package doc in doc.go has what users need).
+//
+// Uncontended, a grant is one round trip (with the fence flush on, the
+// default, it includes one WAL flush on the server); Release is one; a
+// TryAcquire that finds the lock held is two (the lease transaction is
+// rolled back). The raw pgx way — Begin, SELECT pg_try_advisory_xact_lock,
+// Commit — is three. A hand-off is the holder's COMMIT, then the waiter's
+// server session flushes its fence and answers. Concurrent grants share WAL
+// flushes through PostgreSQL's own group commit.
+//
+// What the strict fence costs: the WAL flush of its commit, and the server
+// work of the second transaction that the same query opens for the lease
+// (BEGIN, the TTL setting, the takeover of the lock). The flush cannot go:
+// a fence that no flushed WAL record names can repeat after a crash. The
+// second transaction cannot either: the fence's transaction must commit to
+// be flushed, and the lease must be a transaction of its own for the
+// transaction-scoped mode and for the server-enforced TTL (an idle
+// transaction's timeout). Measured on a 2-core VM with fsync on, the strict
+// TryAcquire+Release took 314–321 µs at the median where raw pgx took
+// 89–98 µs and a flushed autocommit INSERT 158–177 µs (two runs of `make
+// bench-peers`, 2026-12-03): about 50 µs, or 1.2×, above the sum.
+// BenchmarkAcquireReleaseFsync, which interleaves them operation by
+// operation (so raw pgx too runs next to WAL flushes, where bench-peers
+// times it in a chunk of its own) and floors on a flushed
+// pg_logical_emit_message, puts it at 0.98–1.02× of the two. At the SQL
+// level the second transaction costs about 40 µs of
+// server time, half of it the TTL setting.
+
 import (
 	"context"
 	"strconv"
@@ -8,7 +100,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// The strict grant (see "Fence" in the package doc) is one simple-protocol
+// The strict grant (see Fence, atop this file) is one simple-protocol
 // query of three parts, run in order on one session:
 //
 //  1. BEGIN; the session takes the lock at session level

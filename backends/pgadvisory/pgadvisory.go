@@ -1,41 +1,6 @@
-// Package pgadvisory is the PostgreSQL backend of fencelock: a lease is a
-// transaction holding pg_advisory_xact_lock on a 64-bit key derived from the
-// lock name, with a fencing token issued by the server. It uses pgx v5
-// (pgxpool) and registers the URL schemes postgres:// and postgresql://.
-//
-//	import (
-//		"github.com/jackc/pgx/v5/pgxpool"
-//		"github.com/fencelock/fencelock/backends/pgadvisory"
-//	)
-//
-//	pool, _ := pgxpool.New(ctx, "postgres://app@db:5432/app")
-//	locks := pgadvisory.New(pool, nil)
-//
-// or, by URL, fencelock.Open(ctx, "postgres://app@db:5432/app?ttl=10s").
-// PostgreSQL 13 or later is required (pg_current_xact_id); connect to the
-// primary.
-//
-// # Key
-//
-// The advisory lock key of a name (after the Client's Prefix) is Key(name):
-// BLAKE2b with an 8-byte digest of the UTF-8 name, read big-endian as a
-// signed int64 — the number Python computes with
-//
-//	int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
-//
-// so a worker in any language that takes pg_advisory_xact_lock (or
-// pg_advisory_lock) on that number excludes fencelock's holders of the same
-// name, and the reverse. The key space is shared with every other user of
-// single-bigint advisory locks in the database (the two-int4 form,
-// pg_advisory_lock(int, int), is a separate space). Two names collide with
-// probability 2⁻⁶⁴; among n names some pair collides with probability about
-// n²/2⁶⁵ (one in 37 million for a million names). A collision makes two names
-// share one lock — they exclude each other, never two holders of one name —
-// and fences stay increasing per name, as they are cluster-wide. Use
-// fencelock.Options.Prefix as a namespace (the prefix is hashed with the
-// name) when several applications share a database.
-//
-// # Lease = transaction
+package pgadvisory
+
+// Lease = transaction (internals; the package doc in doc.go has what users need).
 //
 // A grant is one round trip on a connection taken from the pool, which
 // ends in the lease's transaction holding pg_advisory_xact_lock(<key>)
@@ -46,7 +11,7 @@
 //	       CASE WHEN pg_try_advisory_xact_lock(<key>) THEN pg_current_xact_id() END;
 //
 // is the query with the fence flush off; with it on (the default) the same
-// query first makes the fence durable (see Fence). The connection stays
+// query first makes the fence durable (see Fence, atop fence.go). The connection stays
 // checked out, idle in that transaction, until the
 // lease ends; each held lease and each waiting Acquire uses one connection
 // of the pool, so size pool_max_conns for them (pgx's default is the larger
@@ -58,7 +23,7 @@
 // backend, crashed client, network cut noticed by TCP) ends the
 // transaction, which frees the lock at once.
 //
-// # Pool limits
+// Pool limits (internals; the package doc in doc.go has what users need).
 //
 // Blocked Acquires keep at most Config.MaxWaitConns connections (default
 // half the pool, at least 1; URL max_wait_conns) waiting in the server's
@@ -82,106 +47,14 @@
 // TTL is MaxTTL (the setting's limit, about 24.8 days).
 //
 // Blocking Acquire waits in the server's own lock queue (pg_advisory_lock
-// with the fence flush on, see Fence; pg_advisory_xact_lock with it off;
+// with the fence flush on, see Fence atop fence.go; pg_advisory_xact_lock with it off;
 // one FIFO queue for both): a waiter is granted the moment the holder
 // commits, without polling. statement_timeout and lock_timeout are lifted
 // for the wait and restored after it. A cancelled wait sends a cancel request, then closes its
 // connection instead of returning it to the pool, so nothing is left held
 // and no late cancel request can hit another user of that connection.
 //
-// # Fence
-//
-// Fences are transaction IDs, pg_current_xact_id(), taken while the session
-// holds the lock. Transaction IDs are 64-bit (xid8: epoch and xid), assigned
-// from one cluster-wide counter, and never reused nor rolled back (a
-// rolled-back transaction's ID is consumed too), so a grant after another
-// grant of the same name always has a larger fence: the next holder's ID is
-// assigned after it got the lock, hence after the previous holder let it go,
-// hence after the previous holder's ID was assigned. It fits in an int64 and
-// is never 0. No table or sequence is needed, so the backend works for any
-// role that can connect, and behind PgBouncer. A sequence would do as well
-// but needs DDL; a counter row updated in the lease's transaction would not
-// (it rolls back with a lost lease).
-//
-// An ID that no durable WAL record mentions can be handed out again after a
-// server crash (not after a clean restart): crash recovery restarts the
-// counter past the last checkpoint's and every replayed record's IDs, and no
-// further. So with the fence flush on (the default) the fence is the ID of a
-// transaction that commits durably before the grant returns, all in the
-// grant's one round trip:
-//
-//	BEGIN;
-//	SELECT CASE WHEN l THEN pg_current_xact_id() END,                       -- the fence
-//	       CASE WHEN l THEN pg_logical_emit_message(true, 'fencelock', '') END,
-//	       <synchronous_commit raised from off to local, for this commit>,
-//	       set_config('fencelock.held', CASE WHEN l THEN '<key>' ELSE '' END, false)
-//	  FROM (SELECT pg_try_advisory_lock(<key>) AS l) AS s;
-//	COMMIT;
-//	BEGIN;                                                                   -- the lease's transaction
-//	SELECT set_config('idle_in_transaction_session_timeout', '<TTL ms>', true),
-//	       CASE WHEN current_setting('fencelock.held', true) = '<key>' THEN
-//	         (SELECT pg_advisory_unlock(<key>) FROM (SELECT pg_advisory_xact_lock(<key>)) AS x) END;
-//
-// The session takes the lock at session level, which outlives the first
-// transaction; assigns the fence; writes a transactional WAL message, so
-// that the COMMIT writes WAL and therefore waits until its commit record,
-// which names the fence, is flushed (with synchronous replication, until
-// the standbys have it too); then the lease's transaction takes the same
-// lock at transaction level — granted at once, since this session holds it
-// — and drops the session-level hold. The lock never leaves the session, so
-// the fence was assigned while it was held, and it is durable before the
-// reply is sent: after a crash the server restarts past it
-// (TestFenceSurvivesServerCrash kills the server right after a grant;
-// without the flush the fence repeats). Blocking Acquire does the same with
-// pg_advisory_lock, so the flush adds no round trip to a hand-off either
-// (TestFenceSurvivesServerCrashAfterWait).
-// The setting fencelock.held (set in the session by every such grant) tells
-// the second part whether the first got the lock; a miss leaves the lease's
-// transaction empty and it is rolled back. This is what makes the guarantee
-// FenceStrict: as strong as PostgreSQL's durability of a committed
-// transaction (with synchronous replication, across failover too; with
-// asynchronous replicas a failover can lose it, as it can lose any commit).
-// The lease's own transaction then writes nothing, so Release's COMMIT is
-// not flushed. A query that fails, or whose caller gives up, closes its
-// connection, which ends the session and frees a session-level hold too.
-//
-// Config.NoFenceFlush (fence_flush=false) uses the lease transaction's own
-// ID, taken in the query shown under "Lease = transaction": no WAL flush per
-// grant, and FenceBestEffort. Both kinds of fence are IDs assigned while the
-// lock was held, so clients with and without the flush, and older versions
-// of this package (whose strict fence was the lease transaction's ID), may
-// share names. Logical decoding plugins see the messages (prefix
-// "fencelock") only if they ask for messages.
-//
-// # Transaction-scoped mode
-//
-// Tx(lease), or lease.As(&tx) with a pgx.Tx tx, returns the lease's own
-// transaction as a pgx.Tx. Writes made
-// through it commit in the same COMMIT that releases the lock, so they are
-// applied only if the lock was held without a break until the end: if the
-// server cut the lease (TTL) or its connection died, they are rolled back.
-// This is the strongest mode — no fence check is needed for data in the same
-// database — and the one to use when the protected data lives in this
-// PostgreSQL database. Use fences (package guard) for data elsewhere. See Tx
-// for the rules (statements are serialized with renewals; Commit and Rollback
-// are the lease's; savepoints through Begin).
-//
-// # Admin
-//
-// The backend implements driver.Admin, which `fencelock conformance
-// --url` uses (Client.As does not hand it out): Expire
-// terminates (pg_terminate_backend) the session holding the advisory lock
-// of a name, found in pg_locks, whichever client it belongs to; KillSessions
-// terminates every session of this Client (held leases, waiters, idle pool
-// connections). Both run on a connection of
-// their own and need the pg_signal_backend role (or the same role as the
-// sessions, or a superuser). Beside them, driver.QueueAdmin counts the
-// sessions queued for a name (pg_locks rows not granted), and
-// driver.LoadAdmin holds a write transaction open in a session of its
-// own, so that the suite checks that fences keep rising while the
-// server's snapshot horizon is held back.
-//
-// # PgBouncer
+// PgBouncer (internals; the package doc in doc.go has what users need).
 //
 // Locks and settings are transaction-scoped, statements are sent with the
 // simple query protocol, and cancel requests go through PgBouncer, so the
@@ -193,99 +66,6 @@
 // session-level advisory locks (pg_advisory_unlock_all) before it closes
 // the connection, since behind PgBouncer closing it does not end the server
 // session.
-//
-// # Cost
-//
-// Uncontended, a grant is one round trip (with the fence flush on, the
-// default, it includes one WAL flush on the server); Release is one; a
-// TryAcquire that finds the lock held is two (the lease transaction is
-// rolled back). The raw pgx way — Begin, SELECT pg_try_advisory_xact_lock,
-// Commit — is three. A hand-off is the holder's COMMIT, then the waiter's
-// server session flushes its fence and answers. Concurrent grants share WAL
-// flushes through PostgreSQL's own group commit.
-//
-// What the strict fence costs: the WAL flush of its commit, and the server
-// work of the second transaction that the same query opens for the lease
-// (BEGIN, the TTL setting, the takeover of the lock). The flush cannot go:
-// a fence that no flushed WAL record names can repeat after a crash. The
-// second transaction cannot either: the fence's transaction must commit to
-// be flushed, and the lease must be a transaction of its own for the
-// transaction-scoped mode and for the server-enforced TTL (an idle
-// transaction's timeout). Measured on a 2-core VM with fsync on, the strict
-// TryAcquire+Release took 314–321 µs at the median where raw pgx took
-// 89–98 µs and a flushed autocommit INSERT 158–177 µs (two runs of `make
-// bench-peers`, 2026-12-03): about 50 µs, or 1.2×, above the sum.
-// BenchmarkAcquireReleaseFsync, which interleaves them operation by
-// operation (so raw pgx too runs next to WAL flushes, where bench-peers
-// times it in a chunk of its own) and floors on a flushed
-// pg_logical_emit_message, puts it at 0.98–1.02× of the two. At the SQL
-// level the second transaction costs about 40 µs of
-// server time, half of it the TTL setting.
-//
-// # Loss
-//
-// A lease reports loss (driver.LossNotifier) when its connection is found
-// dead: by a renewal, by Release, or by one watcher goroutine per Client that
-// sweeps the idle lease connections every 25 ms (longer with thousands of
-// leases), with a non-blocking, non-consuming peek at each socket (a killed
-// backend or the idle timeout sends a FATAL message and closes). The sweep
-// sends nothing, so it never renews a lease behind its holder's back.
-// Capabilities.LossSignal declares two sweeps (50 ms).
-//
-// # A broken connection: the one place two holders can overlap
-//
-// PostgreSQL ties an advisory lock to its session, and ends the session
-// the moment the server sees the session's connection close: a reset
-// (a connection killed by a middlebox or a proxy, a client host that
-// rebooted, a RST from a network fault). Its lock queue then grants the
-// next waiter at once, 1–6 ms after the break as measured, whether or not
-// the holder's side has noticed anything. The holder learns of it at the
-// watcher's next sweep (or its next renewal or Release), so for up to one
-// sweep, 25 ms, plus scheduling, both believe they hold the lock:
-// `fencelock conformance` measures 5–25 ms (PartitionResetHolderEndsFirst).
-// The backend declares this in Capabilities.BreakOverlap (50 ms), and the
-// suite holds it to that bound. Fences still rise across the break, so a
-// resource that checks them (package guard, or the transaction-scoped
-// mode above, whose writes roll back with the broken session) refuses the
-// old holder's writes; work guarded by the lock alone is not protected in
-// that window. Every other backend keeps the stronger promise of
-// Lease.ValidUntil (BreakOverlap 0): their stores end a lock by its TTL,
-// not by a connection's end. A blackhole — a connection that stays open
-// while nothing passes — is not such a case here: the server keeps the
-// session until the lease's idle timeout, which runs out after the
-// holder's ValidUntil.
-//
-// No sound fix exists without state outside the session. A waiter granted
-// after a session ended cannot tell a COMMIT from a broken connection, nor
-// how long the ended holder may still believe it holds: everything the
-// session had (its locks, its settings, its entry in pg_stat_activity)
-// ends with it, and a client-side fix that notices the break sooner cannot
-// close the gap, since the server frees the lock whether or not the
-// client ever notices. Keeping the promise needs a table that records,
-// outside the lease's transaction, each holder's validity (written at
-// every grant and renewal, cleared by Release), which every grant reads
-// and waits out: DDL, and a committed write per renewal on a second
-// connection. The backend does not require a table today (it works for any
-// role that can connect, behind PgBouncer), so it declares the overlap
-// instead.
-//
-// # Labels and Inspect
-//
-// Inspect is one query on pg_locks (held, and sessions queued in the
-// server's lock queue). The server exposes neither the holder's fence nor
-// its idle timeout to other sessions, and Inspect does not report them;
-// sessions polling because Config.MaxWaitConns are in use are not queued
-// and not counted. Labels are kept only with Config.LabelAppName
-// (label_app_name=true): the label is then the holder session's
-// application_name, which pg_stat_activity shows to anyone (as a Python
-// blake2b or psql user would label theirs); the grant's own query starts
-// by setting it, so the lock is never held, nor waited for, under another
-// name, and Release resets it (RESET application_name) with its COMMIT.
-// PostgreSQL keeps at most 63 bytes of printable ASCII there, so the
-// backend then declares MaxLabel 63 and LabelASCII. It is off by default
-// because it replaces the application_name the pool was opened with,
-// which monitoring may rely on to find the sessions.
-package pgadvisory
 
 import (
 	"context"

@@ -1,5 +1,18 @@
 package pgadvisory
 
+// Transaction-scoped mode (internals; the package doc in doc.go has what users need).
+//
+// Tx(lease), or lease.As(&tx) with a pgx.Tx tx, returns the lease's own
+// transaction as a pgx.Tx. Writes made
+// through it commit in the same COMMIT that releases the lock, so they are
+// applied only if the lock was held without a break until the end: if the
+// server cut the lease (TTL) or its connection died, they are rolled back.
+// This is the strongest mode — no fence check is needed for data in the same
+// database — and the one to use when the protected data lives in this
+// PostgreSQL database. Use fences (package guard) for data elsewhere. See Tx
+// for the rules (statements are serialized with renewals; Commit and Rollback
+// are the lease's; savepoints through Begin).
+
 import (
 	"context"
 	"errors"

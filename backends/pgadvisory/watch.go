@@ -1,5 +1,52 @@
 package pgadvisory
 
+// Loss (internals; the package doc in doc.go has what users need).
+//
+// A lease reports loss (driver.LossNotifier) when its connection is found
+// dead: by a renewal, by Release, or by one watcher goroutine per Client that
+// sweeps the idle lease connections every 25 ms (longer with thousands of
+// leases), with a non-blocking, non-consuming peek at each socket (a killed
+// backend or the idle timeout sends a FATAL message and closes). The sweep
+// sends nothing, so it never renews a lease behind its holder's back.
+// Capabilities.LossSignal declares two sweeps (50 ms).
+//
+// A broken connection: the one place two holders can overlap (internals; the package doc in doc.go has what users need).
+//
+// PostgreSQL ties an advisory lock to its session, and ends the session
+// the moment the server sees the session's connection close: a reset
+// (a connection killed by a middlebox or a proxy, a client host that
+// rebooted, a RST from a network fault). Its lock queue then grants the
+// next waiter at once, 1–6 ms after the break as measured, whether or not
+// the holder's side has noticed anything. The holder learns of it at the
+// watcher's next sweep (or its next renewal or Release), so for up to one
+// sweep, 25 ms, plus scheduling, both believe they hold the lock:
+// `fencelock conformance` measures 5–25 ms (PartitionResetHolderEndsFirst).
+// The backend declares this in Capabilities.BreakOverlap (50 ms), and the
+// suite holds it to that bound. Fences still rise across the break, so a
+// resource that checks them (package guard, or the transaction-scoped
+// mode above, whose writes roll back with the broken session) refuses the
+// old holder's writes; work guarded by the lock alone is not protected in
+// that window. Every other backend keeps the stronger promise of
+// Lease.ValidUntil (BreakOverlap 0): their stores end a lock by its TTL,
+// not by a connection's end. A blackhole — a connection that stays open
+// while nothing passes — is not such a case here: the server keeps the
+// session until the lease's idle timeout, which runs out after the
+// holder's ValidUntil.
+//
+// No sound fix exists without state outside the session. A waiter granted
+// after a session ended cannot tell a COMMIT from a broken connection, nor
+// how long the ended holder may still believe it holds: everything the
+// session had (its locks, its settings, its entry in pg_stat_activity)
+// ends with it, and a client-side fix that notices the break sooner cannot
+// close the gap, since the server frees the lock whether or not the
+// client ever notices. Keeping the promise needs a table that records,
+// outside the lease's transaction, each holder's validity (written at
+// every grant and renewal, cleared by Release), which every grant reads
+// and waits out: DDL, and a committed write per renewal on a second
+// connection. The backend does not require a table today (it works for any
+// role that can connect, behind PgBouncer), so it declares the overlap
+// instead.
+
 import (
 	"sync"
 	"time"

@@ -1,5 +1,25 @@
 package redis
 
+// Admin (internals; the package doc in doc.go has what users need).
+//
+// The backend implements driver.Admin, the out-of-band hooks
+// `fencelock conformance --url` uses (not handed out by Client.As):
+//
+//   - Expire DELs a lock key whoever holds it, as if its TTL had passed;
+//     never the fence key, and nothing is published (expiry publishes
+//     nothing either).
+//   - KillSessions does what a session-owning store does when a client's
+//     session is cut (Redis has none: a lock outlives the connection that
+//     set it): it deletes every lock this Client holds, each only while it
+//     still holds this Client's token, then kills this Client's
+//     connections on every server (CLIENT KILL ID), its pub/sub connections
+//     included. The holders' next renewal finds the lock gone; go-redis
+//     reconnects for later requests. The connections are found in CLIENT
+//     LIST by the go-redis ClientName: clients opened by URL get a unique
+//     "fencelock-" name (see URLOpener); a client given to New needs a
+//     ClientName no other process uses, else KillSessions returns
+//     ErrInvalid.
+
 import (
 	"context"
 	"errors"

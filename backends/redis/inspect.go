@@ -1,5 +1,21 @@
 package redis
 
+// Labels and Inspect (internals; the package doc in doc.go has what users need).
+//
+// The lock key keeps the bare token, so redis-py and redsync still read and
+// release it as theirs. The label lives beside it, in
+// B:label:<token> ("<fence> <label>", B the lock's base, see Keys atop keys.go), written
+// by the script that grants (acquire.lua, or the release that hands a
+// waiter the lock: a queued waiter writes "0 <label>" there when it queues,
+// and the hand-off stamps the fence), expiring with the lock and renewed
+// with it; SetLabel rewrites it while the lock holds our token. A redis-py
+// user sees one more key per held lock. Inspect is one read-only script:
+// the holder's token, PTTL and label key; a redis-py or redsync holder reads
+// as held with no label and fence 0. The waiter line may hold stale
+// entries, so no waiter count is reported. Names ending in ":label:"
+// followed by 32 hex digits (with a hash tag) are now reserved and escaped,
+// like ":void:" and ":wait:".
+
 import (
 	"context"
 	"fmt"

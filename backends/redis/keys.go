@@ -1,12 +1,81 @@
 package redis
 
+// Keys (internals; the package doc in doc.go has what users need).
+//
+// For a lock whose store key is K (the name, after Options.Prefix):
+//
+//   - Lock key K, exactly as named (but see Reserved names). While held it
+//     is a string holding the
+//     owner token (32 hex characters, new for every grant) with a PX
+//     expiry: the same shape as redis-py's Lock and redsync, so a Python or
+//     redsync worker locking the same key string excludes fencelock clients
+//     and is excluded by them. A key that exists is never taken over, and
+//     a key without an expiry (redis-py timeout=None) is never freed by
+//     fencelock: TryAcquire reports it and waits.
+//   - Fence key B:fence, where B is K if K holds a valid hash tag ("{...}"
+//     with something inside), else {K} if K has no '}', else {T}K where T
+//     is the smallest integer, written in base 36, whose hash slot is K's.
+//     For K = "orders:42" it is "{orders:42}:fence"; for "{user:7}:jobs" it
+//     is "{user:7}:jobs:fence". It holds the last fence as a decimal
+//     integer, has no TTL and is never deleted (release and expiry leave it;
+//     one small key per lock name ever used).
+//   - Release channel B:released: a release that found waiters' entries
+//     but none of them live PUBLISHes K on it (see Waiting, atop waiter.go).
+//   - Void key B:void:<token>, only after an acquire attempt whose reply was
+//     lost (see Operations, atop redis.go); it expires after 5 minutes.
+//   - Waiter line B:line:fencelock if B is K itself (K has a hash tag),
+//     else B:line:k:fencelock, and liveness keys B:wait:<token>, only
+//     while Acquire calls wait (see Waiting, atop waiter.go). Two lock keys can share B
+//     ("x" and "{x}"); the two suffixes keep their lines apart.
+//
+// All these keys share a hash tag of K's slot, so every script touches one
+// Redis Cluster slot.
+//
+// The scripts use GETDEL and SET ... GET: the backend needs Redis 6.2 or
+// later (or a server compatible with it).
+//
+// Reserved names (internals; the package doc in doc.go has what users need).
+//
+// A derived key is a base with a valid hash tag followed by ":fence",
+// ":released", ":queue", or ":void:" or ":wait:" and 32 hex digits, so a
+// name such as "{x}:fence" spells the fence key of the name "x". Such names
+// are reserved: a store key that has a valid hash tag ("{...}" with
+// something inside) and ends in ":fence", ":released", ":queue",
+// ":fencelock", or ":void:" or ":wait:" followed by 32 lowercase hex digits
+// gets the lock key K + ":fencelock"
+// instead of K (same hash tag, so same slot; its fence key is
+// K + ":fencelock:fence"). Lock keys and derived keys thus never meet, and
+// distinct names never share a lock key. (The waiter line ends in
+// ":fencelock" too, but is no escaped key: B + ":line" and B + ":line:k"
+// are not reserved. ":queue", the waiter queue of earlier versions, stays
+// reserved, so that no name changed its lock key; see Mixed versions.)
+// Every other name, which is every
+// name without braces, is its own lock key and interoperates with
+// redis-py and redsync; a reserved name interoperates under its escaped
+// key only.
+//
+// Mixed versions (internals; the package doc in doc.go has what users need).
+//
+// Earlier versions kept waiters in a sorted set B:queue; this one uses the
+// list above, under another name, so a rolling deploy with old and new
+// Clients on one lock never meets a key of the wrong type. Both kinds of
+// Client share the lock key, the fence key and its formula, and the
+// reserved names (no name has another lock key in either version), so a
+// lock still has at most one holder and fences still grow. What degrades
+// is waiting: each version sees only its own waiters, so a Client takes a
+// free lock past the other version's waiters (as a peer such as redis-py
+// does), and a release hands over only to its own version's waiters; the
+// other version's waiters find the lock free when they next ask, at the
+// holder's expiry or their refresh (at most a second, or TTL/4, later).
+// Once the old Clients are gone, their B:queue expires by itself.
+
 import (
 	"strconv"
 	"strings"
 	"sync"
 )
 
-// keys are the Redis names used for one lock. See the package doc.
+// keys are the Redis names used for one lock. Their layout is described at the top of this file.
 type keys struct {
 	lock    string // the lock key: the (prefixed) name as given, or escaped (see lockKey)
 	fence   string // the fence counter; no TTL, never deleted
@@ -43,7 +112,7 @@ func keysFor(name string) keys {
 // before the line existed, so that no lock key of this version or of an
 // earlier one can be a line (a name spelling it is escaped by both), and
 // no lock key changed when the line came: the set of reserved names is the
-// same (see the package doc, Mixed versions). ":queue" stays reserved for
+// same (see Mixed versions at the top of this file). ":queue" stays reserved for
 // the same reason.
 //
 // Two lock keys can share a base: a key with a hash tag is its own base,

@@ -1,5 +1,13 @@
 package redis
 
+// Logging (internals; the package doc in doc.go has what users need).
+//
+// go-redis logs some errors (a pool that cannot dial) to stderr through a
+// process-wide logger. fencelock returns those errors to the caller as
+// well, but leaves that logger to the application, which may use go-redis
+// itself: opening a lock never changes it. LogGoRedisTo sends the lines to
+// a *slog.Logger, or drops them.
+
 import (
 	"log/slog"
 

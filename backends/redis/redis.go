@@ -1,5 +1,87 @@
 package redis
 
+// Operations (internals; the package doc in doc.go has what users need).
+//
+// Each is one Lua script (EVALSHA, loaded from acquire.lua, release.lua and
+// extend.lua):
+//
+//   - Acquire: SET K token NX PX ttl; only if that succeeds, fence =
+//     max(stored + 1, server TIME in microseconds), stored back and returned.
+//     A free lock with nobody in line costs one MGET (lock, fence and void
+//     keys), EXISTS on the waiter line, the SET, TIME and the fence's SET.
+//     A blocked attempt refused by a held lock costs the MGET, PTTL of K,
+//     SET ... GET of its liveness key, an RPUSH to the line when it joins
+//     (not when it refreshes) and a PEXPIRE of the line.
+//     A retried script whose first run was granted (its reply lost) answers
+//     the same grant.
+//   - Abandon: when the outcome of an attempt is unknown (ctx ended or the
+//     connection broke after the request was sent), TryAcquire releases a
+//     grant made under that attempt's token and marks the token void before
+//     it returns, so the request grants nothing if a stalled server only
+//     runs it later. If the server cannot be reached for that either, the
+//     error wraps ErrIndeterminate: the lock may stay held until its TTL.
+//   - Release: only if K holds our token, hand it to the first live waiter
+//     in line, or delete it (compare-and-delete; a PUBLISHed release notice
+//     if the line held only dead waiters, see Waiting atop waiter.go). Otherwise
+//     ErrLeaseLost; another holder's lock is never touched. With nobody in
+//     line it costs one MGET (lock and fence keys), an LPOP of the line and
+//     the DEL; a hand-off, the MGET, the LPOP, GETDEL of the waiter's
+//     liveness key, the SET of K, TIME, the fence's SET and the PUBLISH of
+//     the grant.
+//   - Extend (renewal): PEXPIRE K only if it holds our token, else
+//     ErrLeaseLost.
+//
+// TTLs are rounded up to whole milliseconds; the minimum is MinTTL. Expiry
+// is decided by the server's clock (Capabilities.TimeAuthority).
+//
+// Fences (internals; the package doc in doc.go has what users need).
+//
+// The fence is time-floored (driver.FenceTimeFloored): fences are about
+// 1.8e15 (microseconds since 1970), fit an int64 and are exact as JSON
+// numbers. While the server keeps its data they strictly increase. A bare
+// INCR counter would restart at 1 when that data is lost, by a restart
+// without persistence or a failover to a replica that missed the last
+// writes; the time floor keeps the next fence above every earlier one as
+// long as the new server's clock is not behind the old one's by more than
+// the outage lasted (a restart or failover takes seconds; NTP keeps
+// clocks within milliseconds). That is the one assumption: a server clock
+// set back by hours can repeat fences after data loss. Fences are issued
+// far slower than one per microsecond per name (each needs a round trip),
+// so the counter never runs ahead of the clock.
+//
+// Failover: what the lock does not survive (internals; the package doc in doc.go has what users need).
+//
+// Redis replicates asynchronously. If a primary fails after granting a
+// lock but before the grant reached its replica, the promoted replica has
+// no lock key: a second client is granted the same name while the first
+// still believes it holds it (Capabilities.NodeLoss is NodeLossUnsafe).
+// The fence still orders them (the second lease's fence is higher, by the
+// time floor), so a resource that checks fences (package guard) rejects
+// the stale holder's writes; without fencing, both write.
+//
+// WAIT numreplicas timeout after a grant makes the primary wait until that
+// many replicas have the write. It narrows the window but does not close
+// it: Redis may still promote a replica that did not acknowledge, and a
+// timed-out WAIT does not undo the grant. Only a consensus store (etcd,
+// ZooKeeper) or a quorum of independent servers (redlock://) makes the lock
+// itself survive node loss.
+//
+// Redis Cluster failover (internals; the package doc in doc.go has what users need).
+//
+// go-redis reloads its slot map on MOVED replies and every
+// ClusterStateReloadInterval (60s by default), not when a primary stops
+// answering. The backend asks it to reload whenever a cluster call fails
+// to reach a node, so acquiring works again as soon as a replica is
+// promoted (about NodeTimeout plus the election), not a minute later.
+//
+// Timeouts (internals; the package doc in doc.go has what users need).
+//
+// Pass a go-redis client with ContextTimeoutEnabled (clients opened from a
+// URL have it): then the ctx of Acquire and the lease's validity deadline
+// bound every call. An unreachable or unresponsive server yields errors
+// wrapping fencelock.ErrUnavailable; a ctx that ends mid-call yields an
+// error wrapping ctx.Err().
+
 import (
 	"context"
 	_ "embed"

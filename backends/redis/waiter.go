@@ -1,5 +1,91 @@
 package redis
 
+// Waiting: fair hand-off (internals; the package doc in doc.go has what users need).
+//
+// A blocked Acquire waits in line on the server, and a release hands the
+// lock straight to the first live waiter, in the release script itself:
+//
+//   - Waiter line (B:line:fencelock, see Keys atop keys.go), a list of waiting tokens in
+//     arrival order, and per waiter a liveness key B:wait:<token> holding
+//     the TTL to grant it with. The liveness key expires unless the waiter
+//     refreshes it (every TTL/4, at most every second; it lasts three
+//     refreshes, at least 300 ms), so a waiter that died drops out of line
+//     by itself. Both exist only while someone waits (a line of dead
+//     waiters' entries expires 6 s, or twice the liveness if longer, after
+//     the last join or refresh; an emptied line is gone at once). The
+//     scripts name liveness keys themselves (they share the lock's hash
+//     tag, hence its slot).
+//   - A refused blocked attempt joins the line, or keeps its place: SET of
+//     its liveness key with GET tells whether it had one; if not, it RPUSHes
+//     its token. A waiter whose liveness lapsed (it stalled) and who then
+//     refreshes joins again at the end, so a token can be in line twice;
+//     a refreshing waiter whose entry is gone (the line was deleted) is put
+//     back (LPOS).
+//   - Release, in the same script, pops the line's head and GETDELs its
+//     liveness key, dropping heads whose key is gone, until one is live;
+//     then it overwrites the lock key with that waiter's token and TTL,
+//     issues its fence exactly as Acquire does, and PUBLISHes
+//     "grant <token> <fence>" on that waiter's
+//     Client's grant channel, B:released:<client id> (32 hex digits, random
+//     per Client, stored with the waiter's TTL in its liveness key), which
+//     only that Client subscribes to: a grant wakes one Client, not every
+//     Client waiting on the lock. With nobody in line the release publishes
+//     nothing: a waiter is in line before it sleeps (its queued attempt ran
+//     before the release, or after it and found the lock free). When the
+//     line held only dead waiters' entries, it PUBLISHes the lock key on
+//     the release channel (a release notice, heard by all), so that a
+//     waiter whose liveness lapsed (it stalled) asks again at once.
+//   - The waiter holds when that message reaches it: a hand-off costs the
+//     holder's release call and one message, no waiter round trip, and its
+//     lease counts from its last refresh (sent before the grant). If it
+//     finds most of the TTL gone (it stalled), it asks again, and the
+//     acquire script answers its grant with the TTL restarted.
+//   - While a live waiter is in line, a free lock (a holder expired, or a
+//     peer such as redis-py released it without publishing) is granted
+//     only to that waiter: TryAcquire and later arrivals are refused with
+//     a message that waiters queued first. The waiter asks when the
+//     holder's TTL runs out (the refused attempt returns it) and at each
+//     refresh.
+//   - A token is granted only by the script that deletes its liveness key
+//     (a hand-off's GETDEL, or its own attempt at the head of the line of
+//     a free lock), and every script that removes a token's entries deletes
+//     that key: a stale second entry of a granted token finds no key and is
+//     dropped. A token is thus handed the lock at most once per join, never
+//     again for a stale entry.
+//   - A waiter whose wait ends without a grant (ctx ended, Client closed)
+//     leaves the line (every entry of its token) in the abandon script,
+//     which also releases, to the next in line, a grant handed to it
+//     meanwhile: it leaves nothing held.
+//   - A waiter that died within its liveness window may still be handed
+//     the lock, which then stays held for that waiter's TTL, as after a
+//     holder's crash.
+//
+// Each Client keeps at most two pub/sub connections, whatever the number of
+// its waiters. The lane serves one blocked Acquire at a time: it reads its
+// own connection, so its grant wakes it straight from the network poller,
+// with no goroutine in between. Every other waiter of the Client shares the
+// hub, one connection read by one dispatcher goroutine. Both subscribe to
+// the channel of each lock waited for and to the Client's own grant channel
+// for that lock (the lane's id differs from the hub's), and keep them for a
+// second after the last wait ended, so that a client looping on a lock
+// does not resubscribe each time (the lane then closes its connection). A
+// waiter joins the line only once the server confirmed its subscription (a
+// PING reply, one per channel per connection), so no grant is published
+// before it can hear it. If a connection breaks, its waiters ask again
+// (the attempt answers a grant made meanwhile); a lane that cannot connect
+// hands its waiter to the hub. A lane wait whose ctx ends closes the lane's
+// connection, the only way to interrupt its read; the next wait dials
+// again. Within a Client, waiters on a name queue in arrival order
+// and only the first of them is in the server's line: Clients are served
+// in arrival order, and a Client's waiters in theirs. (FIFO is false only
+// because a Client's second waiter joins the server's line when its first
+// is served.)
+//
+// In Redis Cluster the release notice is a plain PUBLISH, which the cluster
+// broadcasts to every node, so each subscription connection (to any node)
+// hears every shard and survives failover; sharded pub/sub would avoid the broadcast
+// but need a connection per shard.
+
 import (
 	"crypto/rand"
 	"encoding/hex"

@@ -20,8 +20,8 @@ import (
 // of the queue once it granted it, until the lease's release (see
 // acquire.lua and release.lua).
 //
-// An ordered attempt (a blocked Acquire's retry; see the package doc's
-// # Waiting) asks the lead primary first and the others only once the
+// An ordered attempt (a blocked Acquire's retry; see Waiting,
+// atop waiter.go) asks the lead primary first and the others only once the
 // lead granted. The lead grants only the first waiter in its queue
 // (acquire.lua), so the waiters that race
 // for a lock just released do not split the primaries' votes: only the
@@ -275,7 +275,7 @@ func (a *acquisition) answered() int { return len(a.grants) + a.held + a.failed 
 // those below f that get f written back (each only while it still holds
 // our token), until W is a majority. Every member of W returned a counter
 // ≤ f and stores ≥ f, written while our token held the lock there: that
-// is all the proof in the package doc needs. When W falls short and more
+// is all the proof in Fences (atop redlock.go) needs. When W falls short and more
 // replies are on their way, they are awaited first (awaitAgreement): a
 // later grant may agree and spare the write-back round trip.
 func (a *acquisition) settleFence(ctx context.Context) (int64, error) {

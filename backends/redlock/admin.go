@@ -1,5 +1,19 @@
 package redlock
 
+// Admin (internals; the package doc in doc.go has what users need).
+//
+// The backend implements driver.Admin, so `fencelock conformance --url
+// redlock://...` runs every check: Expire deletes the lock key on every
+// primary; KillSessions CLIENT KILLs this Client's connections (found by
+// their ClientName) and cuts off the leases granted before it: their
+// renewals and releases fail, as across a partition, and the primaries
+// drop them when their TTL runs out. It also implements driver.FenceAdmin
+// (StoredFence: the largest counter that a majority of primaries hold at
+// least; DropFenceState: deletes the fence key on every primary) and
+// driver.QuorumAdmin (Nodes; RaiseFence: raises one primary's counter
+// alone), with which the conformance suite checks the time floor and the
+// fence write-back across diverged primaries.
+
 import (
 	"context"
 	"errors"
@@ -84,7 +98,7 @@ func (b *backend) StoredFence(ctx context.Context, name string) (uint64, bool, e
 // DropFenceState implements driver.FenceAdmin: it deletes the fence key of
 // the lock with store key name on every primary, as if each restarted
 // empty; the next grant's fence then rests on the primaries' time floor
-// (see the package doc's # Fences). The lock must be free. It fails only
+// (see Fences, atop redlock.go). The lock must be free. It fails only
 // if fewer than a majority of primaries could be asked.
 func (b *backend) DropFenceState(ctx context.Context, name string) error {
 	k := keysFor(name)

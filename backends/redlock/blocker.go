@@ -21,10 +21,10 @@ var _ driver.Blocker = (*backend)(nil)
 // primaries; the others send nothing until it is granted or gives up. So
 // every Client puts at most one contender per lock on the primaries: a
 // release is contended by one waiter per Client instead of all of them,
-// which keeps the primaries' votes from splitting (see the package doc's
-// # Waiting) and bounds how long a waiter can be passed over. Between
+// which keeps the primaries' votes from splitting (see Waiting,
+// atop waiter.go) and bounds how long a waiter can be passed over. Between
 // Clients, the lead primary's queue orders the waiters (see try and the
-// package doc's # Waiting; Capabilities.FIFO is false all the same).
+// Waiting atop waiter.go; Capabilities.FIFO is false all the same).
 //
 // The first waiter retries after a release notice (Wait), or when its
 // refused attempt said the holder's keys run out (see freeAt), bounded by

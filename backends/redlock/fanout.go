@@ -1,5 +1,17 @@
 package redlock
 
+// Timeouts (internals; the package doc in doc.go has what users need).
+//
+// Pass go-redis clients with ContextTimeoutEnabled (clients opened from a
+// URL have it); every call to a primary also carries its own deadline (the
+// validity of the TTL, at least one second, for an acquire; the ctx's
+// deadline or 2 s for a release), because go-redis ends a call in flight
+// at a deadline, not at a cancellation. A call that goes on after its
+// operation was decided finishes in the background. An unreachable
+// majority yields errors wrapping fencelock.ErrUnavailable; a ctx that ends
+// mid-call yields an error wrapping ctx.Err(), after the attempt was
+// abandoned.
+
 import (
 	"context"
 	"sync/atomic"

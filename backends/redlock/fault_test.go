@@ -260,7 +260,7 @@ func TestFaultPrimaryPaused(t *testing.T) {
 	}
 	if vs[0] != "" && vs[0] != token {
 		// An attempt's request stuck in the frozen primary ran when it
-		// thawed, and its abandon never reached it (see the package doc:
+		// thawed, and its abandon never reached it (see Algorithm, Abandon, atop redlock.go:
 		// with every pooled connection stuck, go-redis cannot open a new
 		// one). That dead token must expire on its own, within the TTL.
 		pttl, err := m.Nodes[0].Do(ctx, "PTTL", n)

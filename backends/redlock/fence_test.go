@@ -36,7 +36,7 @@ func counters(t *testing.T, ctx context.Context, m *testserver.RedisNodes, k str
 	return cs
 }
 
-// TestFenceQuorumIntersection checks the fence property of the package doc
+// TestFenceQuorumIntersection checks the fence property described atop redlock.go
 // on real primaries: in every round a different majority grants (the
 // others are held by a stranger's key, as by a competing client), and a
 // random primary's counter is pushed far ahead, so that the granting

@@ -1,5 +1,18 @@
 package redlock
 
+// Labels and Inspect (internals; the package doc in doc.go has what users need).
+//
+// Each granting primary stores the label in <lock key>\xff:label:<token>
+// as "<version> <label>" (the lock key keeps the bare token, as redsync
+// writes it), in the acquire script (version 0), expiring and renewed with
+// the lock; SetLabel writes the next version on a majority, never over a
+// newer one. Inspect is a majority read: the lock is held when one token
+// holds it on a majority of primaries, with that token's newest label
+// among them (any two majorities share a primary) and, as the
+// remaining time, the majority-th longest PTTL. The fence is the acquiring
+// client's quorum decision, stored as such on no primary, so Inspect does
+// not report it; nor a waiter count.
+
 import (
 	"context"
 	_ "embed"

@@ -1,12 +1,38 @@
 package redlock
 
+// Keys and redsync interop (internals; the package doc in doc.go has what users need).
+//
+// For a lock whose store key is K (the name, after Options.Prefix), on
+// every primary:
+//
+//   - Lock key K, exactly as named, holding the owner token (32 hex
+//     characters, new for every grant) with a PX expiry: redsync's layout
+//     (and redis-py's, and every Redlock client's), so a redsync Mutex and
+//     a fencelock Redlock lock on the same name and primaries exclude each
+//     other both ways; redsync's release and extend are owner-checked like
+//     ours. A key without an expiry is never taken over.
+//   - Fence key K "\xff:fence" (K, the byte 0xFF, ":fence"): the
+//     primary's counter as a decimal integer, no TTL, never deleted.
+//   - Void key K "\xff:void:" token, only for an abandoned attempt whose
+//     acquire reply never came; it expires after 5 minutes.
+//   - Release channel K "\xff:released": Release PUBLISHes K on it.
+//   - On the lead primary (the first one given) only, the queue of blocked
+//     Acquires: K "\xff:queue", a sorted set of waiter ids scored by
+//     arrival order (0: the waiter the lead granted), and K
+//     "\xff:queue:deadlines", a hash of each waiter's deadline (server
+//     ms); both expire 500 ms after the last waiter's last attempt (see
+//     Waiting, atop waiter.go).
+//
+// 0xFF never occurs in UTF-8, and lock keys must be valid UTF-8, so no
+// lock key can be another lock's fence, void key or channel.
+
 // sep joins a lock key to the names of its companion keys. 0xFF never
 // occurs in valid UTF-8 and lock keys are valid UTF-8 (TryAcquire checks),
 // so no lock key can ever equal another lock's fence, void key or channel.
 const sep = "\xff:"
 
 // keys are the Redis names used for one lock on every primary. See the
-// package doc.
+// comment atop this file.
 type keys struct {
 	lock    string // the lock key: the (prefixed) name exactly as given
 	fence   string // this primary's fence counter; no TTL, never deleted

@@ -1,5 +1,132 @@
 package redlock
 
+// Algorithm (internals; the package doc in doc.go has what users need).
+//
+// Every operation is sent to all N primaries at once, each as one Lua
+// script (acquire.lua, writeback.lua, extend.lua, release.lua), and decided
+// as soon as the replies allow; the quorum Q is N/2+1.
+//
+//   - Acquire: on each primary, SET K token NX PX ttl and, only if that
+//     succeeds, bump the primary's fence counter to max(stored + 1, server
+//     TIME in µs, truncated to the millisecond while a counter is stored)
+//     and return it. The attempt
+//     is granted when Q primaries granted within the validity (below), and
+//     refused as soon as N−Q+1 refused or failed. The fence is the Q-th
+//     smallest counter the granting primaries returned; W is the granting
+//     primaries that returned exactly the fence (they store it already)
+//     plus, if those are fewer than Q, primaries that returned less and get
+//     the fence written back (raised to it, only while the lock still holds
+//     our token there) until W is a majority. The lease is returned only
+//     after that. Usually a majority returns the same value (their
+//     counters agree and their clocks read the same millisecond; a grant
+//     still on its way is awaited briefly for that) and no write-back is
+//     needed. On the first grant of a name (or the first after a primary
+//     lost its counter) the primaries return their full server time in µs
+//     (see Fences, below), so they disagree and the write-back is needed.
+//   - Abandon: a failed attempt — refused, too slow, or ctx ended mid-flight
+//     — releases the lock on every primary that granted it and on every
+//     primary whose reply never came, and marks the token void there, so
+//     that the request, if a stalled primary only runs it later, grants
+//     nothing. It returns once every primary that granted has answered and
+//     a majority is known free of the token; calls to frozen primaries go
+//     on in the background (bounded by min(TTL, 2s)). If a majority cannot
+//     be confirmed free, the error also wraps ErrIndeterminate. The void
+//     reaches a frozen primary only if the abandon could be written to it:
+//     when every pooled connection to it is stuck on a request, go-redis
+//     cannot open a new one (its handshake waits for the frozen server), so
+//     an acquire request stuck there may grant a dead token when it thaws.
+//     That token holds that primary alone (no lease has it) until its TTL
+//     runs out.
+//   - Extend (renewal): PEXPIRE K on every primary where it holds our token;
+//     it succeeds when Q did so within the validity of the new TTL, and
+//     reports the lease lost (ErrLeaseLost, and frees the rest) as soon as
+//     N−Q+1 primaries no longer hold our token: a minority restarted empty
+//     or a majority expired. When a renewal cannot reach Q primaries before
+//     the lease's local deadline, the lease ends there (ErrLeaseLost).
+//   - Release: delete K where it holds our token and PUBLISH a notice there
+//     (compare-and-delete); nil once Q released, ErrLeaseLost once N−Q+1 did
+//     not hold our token. Another holder's lock is never touched.
+//
+// One Client makes at most one acquire attempt at a time per lock (a
+// concurrent TryAcquire gets ErrNotAcquired at once): two attempts from
+// one place would only split the primaries' votes, so that neither gets a
+// majority. Its blocked Acquires (driver.Blocker) queue up locally in
+// arrival order and only the first makes attempts; see Waiting, atop waiter.go.
+//
+// Validity and the drift factor (internals; the package doc in doc.go has what users need).
+//
+// A majority that answers late grants nothing: an acquire (including its
+// fence write-back) or a renewal that took longer than TTL − DriftFactor ×
+// TTL − DriftMin (1% of the TTL plus 2 ms, Redlock's own figures) from when
+// it was sent is treated as failed and, for an acquire, abandoned. The
+// portable lease's ValidUntil is the portable layer's send time plus the
+// same TTL − 1% − 2 ms (Options.DriftFactor's default), measured from a
+// moment no later than the driver's, so the lease a caller gets is never
+// believed valid longer than the primaries keep it, under clock-rate drift
+// of at most 1% between client and primaries. A larger
+// Options.DriftFactor shortens ValidUntil further. Primaries are given at
+// least one second to answer, whatever the TTL: a grant that comes later
+// than the validity is refused (ErrNotAcquired, so a blocked Acquire
+// retries), while a primary that does not answer at all counts as
+// unavailable.
+//
+// Fences (internals; the package doc in doc.go has what users need).
+//
+// Every primary keeps a fence counter per lock. Before a lease is
+// returned, a majority W of the primaries that granted it each returned a
+// counter no higher than the lease's fence and store at least the fence,
+// written while our token held the lock there (see Algorithm, above).
+//
+// Why that orders any two granted leases A and B without trusting a clock:
+// A's W and B's W are both majorities, so they share a primary x. On x,
+// A's token and B's token held the lock at different times (SET NX lets
+// one key exist at a time); say A's came first. A's fence was stored on x
+// while A's token held the lock there, so before A's key left x, so before
+// B's SET NX succeeded on x — and B's acquire script read x's counter, at
+// least A's fence, in the same atomic step, and returned at least that
+// plus one. x is in B's W, so B's fence is at least what x returned:
+// above A's. So any two leases that both reached their write-back have
+// different fences, ordered as they held the lock on the primaries they
+// share; and a lease acquired after an earlier one was returned always
+// has the higher fence. This holds even when Redlock's mutual exclusion
+// does not: a paused client, a slow network or a clock jump can make two
+// leases overlap, but the later one's fence is higher, so a resource that
+// checks fences (package guard) rejects the stale holder's writes.
+// TestFenceQuorumIntersection checks it on real primaries, with a
+// different majority granting each round and write-backs forced by
+// diverging counters; TestFenceConcurrentGrantsDistinct with racing
+// clients and a guarded counter.
+//
+// The proof needs x to keep its counter. A primary that restarts empty
+// (or from an old RDB snapshot) lost it: then the time floor in the
+// acquire script takes over — B's fence is at least x's server time in µs,
+// which is above every fence issued before the restart as long as x's
+// clock is not behind the other primaries' by more than the restart took
+// (fences are issued far slower than one per µs). A primary without a
+// counter takes the full µs as its floor, not the millisecond it usually
+// truncates to, so that this holds even when the counter was lost within
+// the millisecond of the last grant (TestFenceRisesAfterDropFenceState). Capabilities therefore
+// declare FenceTimeFloored, the redis backend's guarantee; with every
+// primary durable (appendonly yes, appendfsync always) the order is strict
+// and needs no clock at all. Fences are about 1.8e15 (µs since 1970): they
+// fit an int64 and are exact as JSON numbers.
+//
+// Rolling restarts: what Redlock itself does not survive (internals; the package doc in doc.go has what users need).
+//
+// Redlock's safety assumes a primary that restarts keeps its locks
+// (persistence with fsync) or stays down for a TTL before rejoining. If
+// the primaries holding a lease are restarted empty one after another,
+// faster than the TTL, a second client can be granted the lock by the
+// fresh primaries while the first still believes it holds it: mutual
+// exclusion breaks (TestFaultRollingEmptyRestart does this and detects the
+// overlap). The first holder's next renewal finds fewer than Q primaries
+// holding its token and reports ErrLeaseLost, but until then both hold.
+// The fences still order them — the second lease's fence is above the
+// first's, from the surviving counters or the time floor — so with
+// claim-first fencing the lost-update experiment run through such restarts
+// loses nothing. Run Redis with appendfsync always, or keep a restarted
+// primary out for a TTL, to keep the lock itself exclusive.
+
 import (
 	"context"
 	_ "embed"
@@ -225,8 +352,8 @@ func drift(ttl time.Duration) time.Duration {
 
 // TryAcquire runs the acquire script on every primary at once and decides
 // as soon as the replies allow: granted by a majority, or refused or
-// unanswered by so many that no majority can grant. See the package doc
-// (# Algorithm) for the fence and the write-back. A failed attempt
+// unanswered by so many that no majority can grant. See Algorithm
+// (atop this file) for the fence and the write-back. A failed attempt
 // releases and voids its token on every primary that granted or did not
 // answer before it returns (see abandon).
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {

@@ -1,5 +1,74 @@
 package redlock
 
+// Waiting (internals; the package doc in doc.go has what users need).
+//
+// A blocked Acquire is woken by the release notices (Capabilities.Wait is
+// WaitNotify). The Client keeps one pub/sub connection per primary, shared
+// by all its waiters, subscribed to the channels of the locks they wait
+// for (a channel stays subscribed for 2 s after its last waiter leaves). A
+// waiter subscribes on every primary and waits until a majority confirm;
+// then, unless a majority of those subscriptions were already confirmed
+// when its failed attempt began and have carried no notice since, it
+// checks the lock keys, so a release between its attempt and its
+// subscription is not missed (a release frees a majority, which meets the
+// confirmed one). Expiry publishes nothing, nor does redsync: a waiter
+// also wakes when enough of the holder's keys run out to free a majority,
+// by the PTTLs the primaries returned to its refused attempt (for an
+// ordered attempt, the lead's key, or the place ahead of it in the lead's
+// queue), and a jittered backoff (2 ms doubling to 100 ms, fencelock's
+// default; Options.Backoff is not used) bounds every wait. A dead or
+// frozen primary is not needed to wait.
+//
+// Capabilities declare ReleaseWake and ExpiryWake of 100 ms: a waiter is
+// granted about a round trip after a Release (the notice) or after an
+// abandoned holder's keys run out (the PTTL), however long its Client's
+// Options.Backoff and however often it waited before; the bounds leave
+// room for a busy machine. TestExpiryWakesWaiterBehindQueuedHolder and
+// the conformance checks ExpiryWakesWaiter, ReleaseWakesDeafBackoff and
+// PartitionLiveness hold the backend to them.
+//
+// Blocked Acquires of different Clients queue on the lead primary (the
+// first one given to New or in the URL), in the order they first found
+// the lock held there. A blocked Acquire's retry is ordered: it asks the
+// lead first, and the lead grants only the first waiter in its queue
+// (waiters behind it are refused at once, holding nothing); only once the
+// lead granted does the waiter ask the other primaries. So the waiters
+// woken by a release do not split the primaries' votes (each taking a few,
+// none a majority, all abandoning and backing off, which is what makes
+// plain Redlock crawl and starve waiters under contention), and the lock
+// goes round the waiting Clients in arrival order. This only orders the
+// requests: a grant still needs a majority within the validity, and the
+// fence and every other guarantee are as above. When the lead fails, or
+// has not answered within min(25 ms, validity/4), the other primaries are
+// asked at once and the lead's reply counts like theirs.
+//
+// A waiter the lead granted keeps the head of the queue (nobody passes it
+// if its attempt then fails elsewhere: the abandon keeps its place) until
+// its lease's release takes it out, in the script that deletes the lock
+// key there, or until its lock key there expires, or 500 ms after the
+// grant if that comes first: a holder that stops renewing holds the queue
+// up no longer than its lock. A waiter keeps its place for 500 ms after
+// each of its attempts (every live waiter asks again well within that:
+// each wait is bounded by 100 ms); one that gives up takes it out, and
+// one that died holds the queue up for at most 500 ms. The first attempt of a blocked Acquire is a plain
+// fan-out, as TryAcquire is (so an uncontended Acquire costs one round
+// trip; the lead still queues it if the lock is held there), unless this
+// Client's previous Acquire of the lock had to wait; and the first waiter
+// in line makes a plain attempt after a wait that saw no notice, in case
+// the lead alone keeps a stale key while a majority is free. TryAcquire
+// ignores the queue.
+//
+// The blocked Acquires of one Client on one lock queue up locally in
+// arrival order, and only the first makes attempts, so each Client puts
+// one contender per lock on the primaries. When a lease of the Client is
+// released and another of its Acquires waits, that one is told at once
+// rather than through the notices (a local hand-off); its attempt is
+// ordered or plain by the rules above, so it does not pass other Clients'
+// waiters queued on the lead. After 3 such hand-offs in a row the next
+// one waits for the notices like the others. Capabilities.FIFO stays
+// false: the order is kept only while the lead primary answers, and
+// TryAcquire and an Acquire's first, plain attempt are not queued.
+
 import (
 	"context"
 	"slices"

@@ -1,5 +1,12 @@
 package zookeeper
 
+// Admin (internals; the package doc in doc.go has what users need).
+//
+// driver.Admin (for the conformance suite, not handed out by Client.As): Expire deletes the holder's node;
+// KillSessions closes each of the backend's sessions on the server from a
+// second connection that presents the session's ID and password
+// (Curator's KillSession), which deletes their nodes at once.
+
 import (
 	"context"
 	"errors"

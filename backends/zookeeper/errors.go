@@ -1,5 +1,12 @@
 package zookeeper
 
+// Errors (internals; the package doc in doc.go has what users need).
+//
+// go-zookeeper takes no context: each request is bounded by ctx and
+// Config.RequestTimeout (default 5s). No answer in time, a lost
+// connection or no server yields errors wrapping fencelock.ErrUnavailable;
+// when the caller's ctx ends first the error matches the ctx error.
+
 import (
 	"context"
 	"errors"

@@ -1,5 +1,17 @@
 package zookeeper
 
+// Labels and Inspect (internals; the package doc in doc.go has what users need).
+//
+// The label is our contender node's data, which is where Curator (the
+// client's address) and kazoo (its identifier) put theirs, so kazoo's
+// Lock.contenders() (made with extra_lock_patterns=["-lock-"]) would list
+// our labels next to its own identifiers (not tested here). SetLabel
+// sets the node's data. Inspect reads the lock node's children (the lowest
+// contender holds, the others wait, whichever client made them) and the
+// holder node's data; the fence (a pzxid of the holder's own read) and the
+// remaining TTL (the holder's timer) are not in the store and are not
+// reported.
+
 import (
 	"context"
 	"errors"

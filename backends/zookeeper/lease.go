@@ -1,5 +1,27 @@
 package zookeeper
 
+// Disconnects and session expiry (Curator's SUSPENDED and LOST) (internals; the package doc in doc.go has what users need).
+//
+// Curator tells lock holders SUSPENDED when the connection drops and LOST
+// when the session expires, and leaves it to the application to stop
+// work at SUSPENDED. Here:
+//
+//   - Session expiry (LOST) ends every lease of that session at once
+//     (Lease.Done, through driver.LossNotifier), as does a new session
+//     replacing it.
+//   - A disconnect (SUSPENDED) does not end a lease by itself: go-zookeeper
+//     reconnects, to another server if need be, and a session that comes
+//     back within its timeout keeps its nodes. Meanwhile renewals fail, so
+//     a lease whose connection does not come back ends at its local
+//     validity deadline (TTL after its last successful renewal was sent,
+//     minus the drift margin). That is before the server can expire the
+//     session and grant the lock to someone else, because the session
+//     timeout is at least the TTL: the same rule as every other backend.
+//   - A lease whose TTL is longer than its session's granted timeout (an
+//     Extend to a longer TTL, or a TTL above the server's
+//     maxSessionTimeout) could outlive its session by its local deadline,
+//     so it ends at the first disconnect of its session.
+
 import (
 	"context"
 	"errors"
@@ -79,7 +101,7 @@ func (l *lease) As(target any) bool {
 }
 
 // overlong reports a TTL longer than the session timeout the server
-// granted (see the package doc).
+// granted (see the comment atop this file).
 func (l *lease) overlong() bool {
 	l.mu.Lock()
 	ttl := l.ttl

@@ -1,5 +1,41 @@
 package zookeeper
 
+// Node layout and interoperability (internals; the package doc in doc.go has what users need).
+//
+// The lock whose store key is K (the lock name with Options.Prefix in
+// front) is the node
+//
+//	P = Root + "/" + escape(K)
+//
+// (LockPath computes it) and every contender is a child of P. escape
+// percent-encodes "%" and "/" (so "a" and "a/b" are sibling locks, not a
+// lock and a child of it), the characters ZooKeeper refuses in a path and
+// a leading "."; other names map to themselves, so the name "job" under
+// zk://host/locks is /locks/job. P and the missing parts of Root are
+// created as CONTAINER nodes, which ZooKeeper deletes once they are empty.
+//
+// Our contender node is EPHEMERAL_SEQUENTIAL and named in Curator's
+// protected form
+//
+//	P/_c_<owner token as a 36-character UUID>-lock-<10-digit sequence>
+//
+// The contender with the lowest sequence number holds the lock. Every
+// child whose name ends in "lock-", "__lock__" or "__rlock__" followed by
+// the 10-digit sequence counts as a contender: Curator's InterProcessMutex
+// (`_c_<uuid>-lock-<seq>`), go-zookeeper's zk.Lock (`_c_<hex32>-lock-<seq>`)
+// and kazoo's Lock (`<hex32>__lock__<seq>`) or ReadLock. So a Curator
+// InterProcessMutex or a go-zookeeper zk.NewLock on P and this backend
+// exclude each other both ways. kazoo's Lock sees only its own "__lock__"
+// nodes unless it is made with extra_lock_patterns=["-lock-"]: without
+// that we respect kazoo, but kazoo does not respect us. Other children of
+// P are ignored.
+//
+// A create that fails with a lost connection may still have created our
+// node: the backend then finds it by its protected prefix (our owner
+// token), as Curator does, instead of creating a second one; a create
+// abandoned with its outcome unknown (ctx ended, request timeout) is
+// cleaned up in the background (any node with our prefix is deleted).
+
 import (
 	"path"
 	"strconv"

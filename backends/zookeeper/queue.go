@@ -1,5 +1,60 @@
 package zookeeper
 
+// Fences (internals; the package doc in doc.go has what users need).
+//
+// The fence is a zxid (ZooKeeper transaction ID, global to the ensemble):
+// the pzxid of the lock path P (the zxid of the last create or delete of
+// a child of P) in the Children read that found our node first. That read
+// is the one the recipe needs anyway, so the fence costs no request of its
+// own. It is at least our node's czxid (our node is a child of P in that
+// read) and equals it when no other child of P was created or deleted
+// since ours.
+//
+// It strictly grows with every grant on P (FenceStrict), across releases,
+// session expiry, client crashes, server restarts and leader elections:
+// ZooKeeper applies transactions in zxid order, and a read shows a prefix
+// of that history. Let grant G1 read state S1 (its node N1 present and
+// first) and another grant G2 read a later state S2 (N2 present and
+// first; S1 and S2 differ, as one state has one first node). N1 is gone
+// from S2: if it were still there, N2 would be ahead of it, so created
+// before it under the same incarnation of P (sequence numbers grow with
+// creation, and P cannot be deleted while N1 is in it), and then present
+// and ahead of N1 in S1 already. So N1's delete (release, TTL, session
+// expiry or an admin) lies between S1 and S2, and
+//
+//	fence(G1) = pzxid(S1) <= last zxid of S1 < zxid of N1's delete <= pzxid(S2) = fence(G2)
+//
+// because a child's delete sets the parent's pzxid to the delete's zxid
+// and pzxid never decreases while P exists. If P (a container) is
+// deleted once empty and created again, its new pzxid starts at its own
+// creation zxid, above every earlier one. Stale reads (a follower behind
+// the leader) order fences by the history the reads saw, which is the
+// order in which ZooKeeper granted the locks. The per-parent sequence
+// number is not used as a fence: it restarts when the container parent is
+// made again.
+//
+// A read that decides about another client's write (Extend: is our node
+// still there? Inspect, and the admin's Expire: who holds now?) is sent
+// after a sync on the same session, so a follower that lags the leader
+// answers it only once it has caught up: such a read sees every write
+// committed before it was sent, as on a single server.
+//
+// Requests (internals; the package doc in doc.go has what users need).
+//
+// An uncontended acquire is two requests in one round trip: the create of
+// our node and the Children read of P, sent as soon as the create is
+// written, without waiting for its answer (ZooKeeper serves a session's
+// requests in order, so the read sees our node; a read that does not is
+// made again). Release is one delete. That is go-zookeeper's zk.Lock's
+// create, Children and delete, with the fence in the read's answer.
+//
+// Waiting (internals; the package doc in doc.go has what users need).
+//
+// Acquire is a driver.Blocker: our node stays queued while we wait (FIFO),
+// we watch only the node just ahead of ours (no herd), and re-read the
+// queue after every event, with a poll every 2s as a fallback. A cancelled
+// wait deletes our node, also when the cancel races the grant.
+
 import (
 	"context"
 	"errors"
@@ -171,7 +226,7 @@ func (b *backend) waitTurn(ctx context.Context, s *session, parent, prefix, p st
 // look is one read of the queue: our node counts as present (q.ours) only
 // if it is the node we created, in session sid (see examine). fence is the
 // lock path's pzxid in that read: when our node is first, it is our
-// lease's fence (see the package doc). sent is when the read was sent.
+// lease's fence (see Fences, atop this file). sent is when the read was sent.
 type look struct {
 	q     queue
 	fence int64

@@ -1,5 +1,34 @@
 package zookeeper
 
+// Sessions and TTLs (internals; the package doc in doc.go has what users need).
+//
+// A lease lives as long as its ephemeral node, which lives as long as the
+// ZooKeeper session that created it. The leases of one Client share one
+// session per TTL class: a lease with TTL t uses a session whose requested
+// timeout is t (or Config.SessionTimeout, the session_timeout URL
+// parameter, for every t up to it), so 10,000 leases with one TTL are one
+// session and one heartbeat stream. The server grants a session timeout
+// between its minSessionTimeout and maxSessionTimeout (2 and 20 tickTimes
+// by default); the backend reads the granted one from the connect response.
+// MinTTL is the server's minSessionTimeout, read when the backend is made.
+// Sessions stay open (idle ones cost a ping every third of their timeout)
+// until the Client is closed.
+//
+// The session keeps our node while the client process runs, so the TTL is
+// also enforced by the client: a lease not renewed for its TTL has its
+// node deleted by the backend (the lock then frees as a store-side TTL
+// would free it). When the process dies or freezes, or is partitioned from
+// the ensemble, the server expires the session one session timeout after
+// it last heard from it and deletes the node. Lease.StoreTTL (GrantedTTL)
+// is the longer of the two: how long others may wait for an abandoned
+// lock.
+//
+// Renewal (Extend and auto-renew) is one read of our node: it proves that
+// the session was alive when the read was sent (so the server keeps it at
+// least a session timeout past that) and that the node still exists, owned
+// by our session, with a czxid no greater than our fence (a node of the
+// same path made after ours has a greater one). ErrLeaseLost otherwise.
+
 import (
 	"context"
 	"encoding/binary"

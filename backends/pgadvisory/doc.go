@@ -1,0 +1,98 @@
+// Package pgadvisory is the PostgreSQL backend of fencelock: a lease is a
+// transaction holding pg_advisory_xact_lock on a 64-bit key derived from the
+// lock name, with a fencing token issued by the server. It uses pgx v5
+// (pgxpool) and registers the URL schemes postgres:// and postgresql://.
+// PostgreSQL 13 or later is required (pg_current_xact_id); connect to the
+// primary. It works behind PgBouncer in transaction pooling mode.
+//
+// # Opening
+//
+// With the package imported (a blank import suffices), by URL:
+//
+//	locks, err := fencelock.Open(ctx, "postgres://app@db:5432/app?ttl=10s")
+//
+// The URL is a pgx connection string,
+// postgres://[user[:password]@]host[:port][,host[:port]...]/database.
+// Query parameters, besides fencelock's own prefix, ttl and wait:
+//
+//	fence_flush=false    Config.NoFenceFlush (default: the fence is flushed)
+//	label_app_name=true  Config.LabelAppName (default false)
+//	conn_timeout=5s      Config.ConnTimeout (default 5s, DefaultConnTimeout)
+//	max_wait_conns=N     Config.MaxWaitConns (default half the pool, at least 1)
+//
+// plus pgx and pgxpool parameters (sslmode, pool_max_conns, ...) and
+// PostgreSQL run-time parameters (application_name, search_path, ...; see
+// URLOpener); any other is rejected with [fencelock.ErrInvalid]. In Go, New
+// takes a *pgxpool.Pool (not closed by the Client) and optionally a
+// [Config].
+//
+// Each held lease and each waiting Acquire keeps one pool connection
+// checked out, idle in its transaction, and pins a server connection (behind
+// PgBouncer too): size pool_max_conns and max_connections for them, and
+// for thousands of concurrent leases pick another backend. When the pool is
+// exhausted an attempt fails after ConnTimeout with an error wrapping
+// [fencelock.ErrUnavailable], never a silent block.
+//
+// # Fences and TTL
+//
+// The fence is a transaction ID (pg_current_xact_id()) taken while the
+// session holds the lock: 64-bit, cluster-wide, never reused, never 0. By
+// default it is the ID of a transaction committed durably (one WAL flush)
+// before the grant returns, so it survives a server crash:
+// [driver.FenceStrict]. With fence_flush=false it is the lease
+// transaction's ID, which a crash can repeat: [driver.FenceBestEffort]. The
+// TTL is enforced by the server: idle_in_transaction_session_timeout is set
+// to it, and a renewal is one statement on the lease's connection. [MinTTL]
+// is 10 ms, [MaxTTL] about 24.8 days. Blocked Acquires wait in the server's
+// own lock queue (FIFO) and are granted the moment the holder commits.
+//
+// # A broken connection
+//
+// PostgreSQL frees an advisory lock the moment the server sees the holder's
+// connection reset, and grants the next waiter at once, before the holder
+// can know. The holder learns of it at the watcher's next sweep (every
+// 25 ms), so both may believe they hold the lock for a short time:
+// Capabilities.BreakOverlap declares 50 ms (measured 5–25 ms). Fences
+// still rise, so a resource that checks them (package guard), or the
+// transaction-scoped mode below, refuses the old holder's writes; work
+// guarded by the lock alone is not protected in that window. Every other
+// backend has BreakOverlap 0. A connection that stays open while nothing
+// passes is not such a case. With asynchronous replicas, a failover can
+// lose a lock and its fence, as it can lose any commit (NodeLoss is
+// [driver.NodeLossUnsafe]).
+//
+// # Transaction-scoped mode
+//
+// [Tx] (or [fencelock.Lease.As] with a *pgx.Tx) returns the lease's own
+// transaction. Writes made through it commit in the COMMIT that releases
+// the lock, so they apply only if the lock was held without a break: the
+// strongest mode for data in the same database.
+//
+// # Interop with other advisory lock users
+//
+// The advisory key of a name (after [fencelock.Options].Prefix) is
+// [Key](name): BLAKE2b with an 8-byte digest of the UTF-8 name, read
+// big-endian as a signed int64, the number Python computes with
+//
+//	int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
+//
+// so a worker in any language taking pg_advisory_xact_lock (or
+// pg_advisory_lock) on that number excludes fencelock's holders of the
+// name, and the reverse. The key space is shared with every other user of
+// single-bigint advisory locks in the database; two names collide with
+// probability 2⁻⁶⁴ (they then share one lock). Use Options.Prefix as a
+// namespace when several applications share a database.
+//
+// # Inspect
+//
+// [fencelock.Client.Inspect] reports whether the name is held and how many
+// sessions wait in the server's queue; neither the fence nor the remaining
+// TTL. Labels only with label_app_name=true: the label is then the holder
+// session's application_name, visible in pg_stat_activity, at most 63
+// bytes of printable ASCII.
+//
+// # As
+//
+// [fencelock.Client.As] gives **pgxpool.Pool; [fencelock.Lease.As] gives
+// *pgx.Tx while the lease is held.
+package pgadvisory
