@@ -363,28 +363,6 @@ func (a *acquisition) checkValidity() error {
 	return nil
 }
 
-// fenceOf picks the fence from the grants: the q-th smallest counter
-// returned. It also returns how many grants returned exactly that value
-// (they store it already) and the primaries that returned less (candidates
-// for the write-back).
-func fenceOf(grants []reply, q int) (fence int64, stored int, behind []int) {
-	vs := make([]int64, len(grants))
-	for i, g := range grants {
-		vs[i] = g.b
-	}
-	slices.Sort(vs)
-	fence = vs[q-1]
-	for _, g := range grants {
-		switch {
-		case g.b == fence:
-			stored++
-		case g.b < fence:
-			behind = append(behind, g.i)
-		}
-	}
-	return fence, stored, behind
-}
-
 // refusal explains a failed attempt. It is ErrUnavailable when so many
 // primaries failed that no majority can answer, else ErrNotAcquired: the
 // lock is held (or contended) on enough primaries, and waiting can help.

@@ -132,6 +132,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -389,6 +390,28 @@ const (
 // maxLeadWait bounds how long an ordered attempt waits for the lead
 // primary's answer before it asks the others anyway (see try).
 const maxLeadWait = 25 * time.Millisecond
+
+// fenceOf picks the fence from the grants: the q-th smallest counter
+// returned. It also returns how many grants returned exactly that value
+// (they store it already) and the primaries that returned less (candidates
+// for the write-back).
+func fenceOf(grants []reply, q int) (fence int64, stored int, behind []int) {
+	vs := make([]int64, len(grants))
+	for i, g := range grants {
+		vs[i] = g.b
+	}
+	slices.Sort(vs)
+	fence = vs[q-1]
+	for _, g := range grants {
+		switch {
+		case g.b == fence:
+			stored++
+		case g.b < fence:
+			behind = append(behind, g.i)
+		}
+	}
+	return fence, stored, behind
+}
 
 // abandon undoes a failed attempt and returns cause. On every primary that
 // may hold the attempt's token (it granted, or its reply never came) it
