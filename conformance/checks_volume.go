@@ -35,92 +35,116 @@ const (
 // increase with every grant.
 func testHighVolume(t TB, e *env) {
 	const clients, hammers, blockers = 4, 2, 1
-	name := e.name("x")
 	budget := min(20*time.Second, e.left()/2)
 	ctx, stop := context.WithTimeout(e.ctx, budget)
 	defer stop()
-	var inside atomic.Int32
-	var refused, grants, doubles, waitsElapsed atomic.Int64
-	var errs errList
-	var fenceMu sync.Mutex
-	var lastFence uint64
-	enough := func() bool { return refused.Load() >= volumeRefused && grants.Load() >= volumeGrants }
-	// section runs one critical section of l and releases it.
-	section := func(l *fencelock.Lease) {
-		grants.Add(1)
-		if !inside.CompareAndSwap(0, 1) {
-			doubles.Add(1)
-			errs.addf("fence %d granted while another holder was inside", l.Fence())
-		} else {
-			fenceMu.Lock()
-			if f := uint64(l.Fence()); f <= lastFence {
-				errs.addf("fence %d granted after fence %d", f, lastFence)
-			} else {
-				lastFence = f
-			}
-			fenceMu.Unlock()
-			time.Sleep(100 * time.Microsecond)
-			inside.Store(0)
-		}
-		if err := l.Release(context.WithoutCancel(ctx)); err != nil {
-			errs.addf("Release: %v", err)
-		}
-		if enough() {
-			stop()
-		}
-	}
-	e.waiting(fmt.Sprintf("%d clients hammering %q (until %d refused attempts and %d grants, or %v)", clients, name, volumeRefused, volumeGrants, budget))
+	v := &volumeRun{e: e, name: e.name("x"), ctx: ctx, stop: stop}
+	e.waiting(fmt.Sprintf("%d clients hammering %q (until %d refused attempts and %d grants, or %v)", clients, v.name, volumeRefused, volumeGrants, budget))
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range clients {
 		c := e.client()
 		for range hammers {
-			wg.Go(func() {
-				for ctx.Err() == nil {
-					l, err := c.TryAcquire(ctx, name, opts(longTTL, false))
-					switch {
-					case err == nil:
-						section(l)
-					case errors.Is(err, fencelock.ErrNotAcquired):
-						if refused.Add(1) >= volumeRefused && enough() {
-							stop()
-						}
-						// A short random pause: hammering, not starving
-						// the holder of CPU on a small machine.
-						time.Sleep(time.Duration(rand.Int64N(int64(200 * time.Microsecond))))
-					case ctx.Err() == nil:
-						errs.addf("TryAcquire: %v", err)
-						return
-					}
-				}
-			})
+			wg.Go(func() { v.hammer(c) })
 		}
 		for range blockers {
-			wg.Go(func() {
-				for ctx.Err() == nil {
-					l, err := c.Acquire(ctx, name, &fencelock.AcquireOptions{TTL: longTTL, AutoRenew: fencelock.Bool(false), Wait: e.margin})
-					switch {
-					case err == nil:
-						section(l)
-					case errors.Is(err, fencelock.ErrNotAcquired):
-						waitsElapsed.Add(1)
-					case ctx.Err() == nil:
-						errs.addf("Acquire: %v", err)
-						return
-					}
-				}
-			})
+			wg.Go(func() { v.block(c) })
 		}
 	}
 	wg.Wait()
-	errs.report(t, "high-volume exclusion")
-	if n := doubles.Load(); n > 0 {
-		t.Errorf("%d of %d grants came while another holder was inside (%d refused attempts): the store granted a held lock", n, grants.Load(), refused.Load())
+	v.errs.report(t, "high-volume exclusion")
+	if n := v.doubles.Load(); n > 0 {
+		t.Errorf("%d of %d grants came while another holder was inside (%d refused attempts): the store granted a held lock", n, v.grants.Load(), v.refused.Load())
 	}
 	took := time.Since(start).Round(time.Millisecond)
-	t.Logf("%d grants, %d refused attempts, %d Acquire waits elapsed, in %v", grants.Load(), refused.Load(), waitsElapsed.Load(), took)
-	if refused.Load() < 300 || grants.Load() < 30 {
-		t.Errorf("only %d refused attempts and %d grants in %v: too few to detect a rare second grant", refused.Load(), grants.Load(), took)
+	t.Logf("%d grants, %d refused attempts, %d Acquire waits elapsed, in %v", v.grants.Load(), v.refused.Load(), v.waitsElapsed.Load(), took)
+	if v.refused.Load() < 300 || v.grants.Load() < 30 {
+		t.Errorf("only %d refused attempts and %d grants in %v: too few to detect a rare second grant", v.refused.Load(), v.grants.Load(), took)
+	}
+}
+
+// volumeRun is one run of testHighVolume: its clients' goroutines share
+// it.
+type volumeRun struct {
+	e    *env
+	name string
+	ctx  context.Context // ends with the budget, or once enough was seen
+	stop context.CancelFunc
+
+	inside                                 atomic.Int32 // holders inside their critical section
+	refused, grants, doubles, waitsElapsed atomic.Int64
+	errs                                   errList
+
+	fenceMu   sync.Mutex
+	lastFence uint64
+}
+
+// enough reports whether the run has seen enough refused attempts and
+// grants.
+func (v *volumeRun) enough() bool {
+	return v.refused.Load() >= volumeRefused && v.grants.Load() >= volumeGrants
+}
+
+// hammer calls TryAcquire on c until the run ends.
+func (v *volumeRun) hammer(c *fencelock.Client) {
+	for v.ctx.Err() == nil {
+		l, err := c.TryAcquire(v.ctx, v.name, opts(longTTL, false))
+		switch {
+		case err == nil:
+			v.section(l)
+		case errors.Is(err, fencelock.ErrNotAcquired):
+			if v.refused.Add(1) >= volumeRefused && v.enough() {
+				v.stop()
+			}
+			// A short random pause: hammering, not starving
+			// the holder of CPU on a small machine.
+			time.Sleep(time.Duration(rand.Int64N(int64(200 * time.Microsecond))))
+		case v.ctx.Err() == nil:
+			v.errs.addf("TryAcquire: %v", err)
+			return
+		}
+	}
+}
+
+// block calls Acquire on c, waiting up to the env's margin, until the run
+// ends.
+func (v *volumeRun) block(c *fencelock.Client) {
+	for v.ctx.Err() == nil {
+		l, err := c.Acquire(v.ctx, v.name, &fencelock.AcquireOptions{TTL: longTTL, AutoRenew: fencelock.Bool(false), Wait: v.e.margin})
+		switch {
+		case err == nil:
+			v.section(l)
+		case errors.Is(err, fencelock.ErrNotAcquired):
+			v.waitsElapsed.Add(1)
+		case v.ctx.Err() == nil:
+			v.errs.addf("Acquire: %v", err)
+			return
+		}
+	}
+}
+
+// section runs one critical section of l and releases it.
+func (v *volumeRun) section(l *fencelock.Lease) {
+	v.grants.Add(1)
+	if !v.inside.CompareAndSwap(0, 1) {
+		v.doubles.Add(1)
+		v.errs.addf("fence %d granted while another holder was inside", l.Fence())
+	} else {
+		v.fenceMu.Lock()
+		if f := uint64(l.Fence()); f <= v.lastFence {
+			v.errs.addf("fence %d granted after fence %d", f, v.lastFence)
+		} else {
+			v.lastFence = f
+		}
+		v.fenceMu.Unlock()
+		time.Sleep(100 * time.Microsecond)
+		v.inside.Store(0)
+	}
+	if err := l.Release(context.WithoutCancel(v.ctx)); err != nil {
+		v.errs.addf("Release: %v", err)
+	}
+	if v.enough() {
+		v.stop()
 	}
 }
 

@@ -3,6 +3,7 @@ package dynamodb_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testhelp"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -41,17 +43,12 @@ func queueOf(tb testing.TB, api *ddb.Client, table, key string) []string {
 // have joined it: no other signal says a waiter is blocked in the store).
 func awaitQueueLen(tb testing.TB, api *ddb.Client, table, key string, n int) {
 	tb.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		q := queueOf(tb, api, table, key)
-		if len(q) == n {
-			return
+	testhelp.Eventually(tb, 5*time.Second, func() error {
+		if q := queueOf(tb, api, table, key); len(q) != n {
+			return fmt.Errorf("the wait queue holds %d entries %q, want %d (the waiters never joined it)", len(q), q, n)
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("the wait queue holds %d entries %q after 5s, want %d (the waiters never joined it)", len(q), q, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestQueueArrivalOrder: Clients blocked on one lock are granted it in

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,19 +11,9 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/conformance"
-	"github.com/fencelock/fencelock/driver"
-	"github.com/fencelock/fencelock/internal/adminhook"
+	"github.com/fencelock/fencelock/internal/testhelp"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
-
-func adminOf(t testing.TB, c *fencelock.Client) driver.Admin {
-	t.Helper()
-	adm, ok := adminhook.Of(c)
-	if !ok {
-		t.Fatal("adminhook.Of = false")
-	}
-	return adm
-}
 
 // TestAdminExpire: Expire, through another client, deletes the holder's
 // key: the holder reports the loss, the next contender gets the lock with
@@ -51,7 +42,7 @@ func TestAdminExpire(t *testing.T) {
 	if id != sibID {
 		t.Fatalf("two locks of one TTL on leases %x and %x, want one class lease", id, sibID)
 	}
-	if err := adminOf(t, b).Expire(ctx, n); err != nil {
+	if err := testhelp.Admin(t, b).Expire(ctx, n); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -78,7 +69,7 @@ func TestAdminExpire(t *testing.T) {
 		t.Fatalf("fence %d not above %d", l2.Fence(), l.Fence())
 	}
 	_ = l2.Release(ctx)
-	if err := adminOf(t, b).Expire(ctx, n); err != nil {
+	if err := testhelp.Admin(t, b).Expire(ctx, n); err != nil {
 		t.Fatalf("Expire of a free lock: %v", err)
 	}
 }
@@ -108,21 +99,17 @@ func TestAdminKillSessions(t *testing.T) {
 	var cli *clientv3.Client
 	b.As(&cli)
 	pfx := LockPrefix("admin/", n+"-b") + "/"
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testhelp.Eventually(t, 5*time.Second, func() error {
 		resp, err := cli.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp.Count == 2 {
-			break
+		if resp.Count != 2 {
+			return fmt.Errorf("%d keys under %s, want holder + a's waiter", resp.Count, pfx)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d keys under %s, want holder + a's waiter", resp.Count, pfx)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := adminOf(t, a).KillSessions(ctx); err != nil {
+		return nil
+	})
+	if err := testhelp.Admin(t, a).KillSessions(ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {

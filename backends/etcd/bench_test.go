@@ -13,6 +13,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/testhelp"
 )
 
 // These benchmarks compare this backend with etcd's own
@@ -173,7 +174,7 @@ func BenchmarkHandOff(b *testing.B) {
 			}
 			all = append(all, lat...)
 		}
-		reportLatencies(b, all)
+		testhelp.ReportHandoffs(b, all)
 	})
 	b.Run("Mutex", func(b *testing.B) {
 		_, clis := benchClients(b, 2)
@@ -202,7 +203,7 @@ func BenchmarkHandOff(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		reportLatencies(b, all)
+		testhelp.ReportHandoffs(b, all)
 	})
 }
 
@@ -228,11 +229,6 @@ func timePairs(b *testing.B, cycle func(context.Context) error) {
 	}
 	b.ReportMetric(float64(conformance.Percentile(all, 0.5).Microseconds()), "p50-µs")
 	b.ReportMetric(float64(conformance.Percentile(all, 0.99).Microseconds()), "p99-µs")
-}
-
-func reportLatencies(b *testing.B, all []time.Duration) {
-	b.ReportMetric(float64(conformance.Percentile(all, 0.5).Microseconds()), "handoff-p50-µs")
-	b.ReportMetric(float64(conformance.Percentile(all, 0.99).Microseconds()), "handoff-p99-µs")
 }
 
 // BenchmarkContended8: 8 workers, each with its own etcd client, take and

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testhelp"
 )
 
 // watchGate holds back the answers of an etcd client's watch streams
@@ -105,12 +106,12 @@ func waitWatchLive(t *testing.T, b *backend) {
 	b.mu.Lock()
 	b.startNowLocked()
 	b.mu.Unlock()
-	for deadline := time.Now().Add(10 * time.Second); !b.watchLive(); {
-		if time.Now().After(deadline) {
-			t.Fatal("watch not established within 10s")
+	testhelp.Eventually(t, 10*time.Second, func() error {
+		if !b.watchLive() {
+			return errors.New("watch not established")
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestExtendDoesNotTrustLaggingWatch: the shared watch is up but its

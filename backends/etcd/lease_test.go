@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testhelp"
 )
 
 // lockKey returns the only key queued under name's lock prefix.
@@ -343,18 +344,15 @@ func TestWatchResumesAfterCompaction(t *testing.T) {
 	b.mu.Lock()
 	b.startLocked(1)
 	b.mu.Unlock()
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	testhelp.Eventually(t, 10*time.Second, func() error {
 		b.mu.Lock()
 		from := b.watch.from
 		b.mu.Unlock()
 		if from > resp.Header.Revision {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("watch still covering from revision %d after the compaction at %d", from, resp.Header.Revision)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a state, not a sync
-	}
+		return fmt.Errorf("watch still covering from revision %d after the compaction at %d", from, resp.Header.Revision)
+	})
 	l, err := c.TryAcquire(e.ctx, "compacted", &fencelock.AcquireOptions{AutoRenew: fencelock.Bool(false)})
 	if err != nil {
 		t.Fatal(err)
@@ -385,12 +383,12 @@ func watchStarted(t *testing.T, c *fencelock.Client) bool {
 // watchLinger).
 func waitWatchStopped(t *testing.T, c *fencelock.Client) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); watchStarted(t, c); {
-		if time.Now().After(deadline) {
-			t.Fatalf("shared watch still running %v after the Client held and waited for nothing", 10*time.Second)
+	testhelp.Eventually(t, 10*time.Second, func() error {
+		if watchStarted(t, c) {
+			return errors.New("shared watch still running after the Client held and waited for nothing")
 		}
-		time.Sleep(20 * time.Millisecond) // polling a state, not a sync
-	}
+		return nil
+	})
 }
 
 // TestIdleWatchStopsAndRestarts: a Client that holds and waits for
@@ -409,12 +407,12 @@ func TestIdleWatchStopsAndRestarts(t *testing.T) {
 		}
 		// The watch starts once the lease has been held for
 		// heldWatchDelay.
-		for deadline := time.Now().Add(10 * time.Second); !watchStarted(t, c); {
-			if time.Now().After(deadline) {
-				t.Fatalf("holding a lease did not start the shared watch within %v", 10*time.Second)
+		testhelp.Eventually(t, 10*time.Second, func() error {
+			if !watchStarted(t, c) {
+				return errors.New("holding a lease did not start the shared watch")
 			}
-			time.Sleep(5 * time.Millisecond) // polling a state, not a sync
-		}
+			return nil
+		})
 		if err := l.Release(e.ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -44,37 +44,16 @@ func (b *backend) waitTurn(ctx context.Context, c *contender) error {
 	for {
 		if needCheck {
 			needCheck = false
-			own, pred, only, ahead, hdr, err := b.check(ctx, c, at)
-			if err != nil {
+			if turn, err := b.recheck(ctx, c, at); err != nil || turn {
 				return err
-			}
-			if !own {
-				return errRequeue
-			}
-			c.hdr, c.pred, c.only, c.ahead = hdr, pred, only, ahead
-			if pred == "" {
-				return nil // our turn
 			}
 		}
 		if ok, ready := b.registerWait(wt, c); !ok {
 			// Registered from a revision the watch does not cover
 			// (compacted, or the watch started after it): read again,
 			// once the watch runs if it is being started.
-			switch {
-			case ready != nil:
-				t := time.NewTimer(watchReadyWait)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return b.fail(ctx, "wait", ctx.Err())
-				case <-ready:
-				case <-t.C:
-				}
-				t.Stop()
-			case at == 0:
-				if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
-					return b.fail(ctx, "wait", err)
-				}
+			if err := b.awaitWatch(ctx, ready, at); err != nil {
+				return err
 			}
 			needCheck, at = true, 0
 			continue
@@ -84,27 +63,11 @@ func (b *backend) waitTurn(ctx context.Context, c *contender) error {
 		case <-ctx.Done():
 			return b.fail(ctx, "wait", ctx.Err())
 		case <-wt.wake:
-			b.mu.Lock()
-			ownGone, predGone, recheck := wt.ownGone, wt.predGone, wt.recheck
-			b.mu.Unlock()
-			switch {
-			case ownGone != 0:
-				return errRequeue
-			case recheck:
-				needCheck = true
-			case predGone != 0 && (c.only || b.aheadGone(c, predGone)):
-				// Every deletion of our key up to predGone was delivered
-				// before (or with) that of the key ahead: our key existed
-				// at predGone, with nothing ahead of it (the only key
-				// ahead, or every key ahead as of c.hdr, deleted since:
-				// a key created later is behind ours).
-				c.hdr, c.pred = predGone, ""
-				return nil
-			case predGone != 0:
-				// Read as of the deletion: whether anything is left
-				// ahead of our key then.
-				needCheck, at = true, predGone
+			w := b.woken(c, wt)
+			if w.err != nil || w.turn {
+				return w.err
 			}
+			needCheck, at = w.check, w.at
 		case <-ka.C:
 			err := b.keepAlive(ctx, c, false)
 			switch {
@@ -118,6 +81,79 @@ func (b *backend) waitTurn(ctx context.Context, c *contender) error {
 			needCheck = true // also a poll, in case a deletion was not delivered
 		}
 	}
+}
+
+// recheck reads the queue as of revision at (0: the latest) into c, and
+// reports whether it is c's turn: no key ahead of c's. errRequeue if c's
+// key is gone.
+func (b *backend) recheck(ctx context.Context, c *contender, at int64) (turn bool, err error) {
+	v, err := b.check(ctx, c, at)
+	if err != nil {
+		return false, err
+	}
+	if !v.own {
+		return false, errRequeue
+	}
+	c.hdr, c.pred, c.only, c.ahead = v.hdr, v.pred, v.only, v.ahead
+	return v.pred == "", nil
+}
+
+// awaitWatch waits, after a registration the watch did not cover, before
+// the queue is read again: until the watch being started runs (ready, at
+// most watchReadyWait), or, with no watch being started and no revision
+// to read at (at 0), 10ms, so that the waiter does not spin.
+func (b *backend) awaitWatch(ctx context.Context, ready <-chan struct{}, at int64) error {
+	switch {
+	case ready != nil:
+		t := time.NewTimer(watchReadyWait)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return b.fail(ctx, "wait", ctx.Err())
+		case <-ready:
+		case <-t.C:
+		}
+	case at == 0:
+		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+			return b.fail(ctx, "wait", err)
+		}
+	}
+	return nil
+}
+
+// wakeup is what a waiter's wake tells it to do next.
+type wakeup struct {
+	err   error // errRequeue: our key is gone
+	turn  bool  // our turn came: c.hdr and c.pred say as of when
+	check bool  // read the queue again, as of revision at (0: the latest)
+	at    int64
+	// None set: nothing that matters changed; register again.
+}
+
+// woken reads what the shared watch delivered to wt, c's waiter.
+func (b *backend) woken(c *contender, wt *waiter) wakeup {
+	b.mu.Lock()
+	ownGone, predGone, recheck := wt.ownGone, wt.predGone, wt.recheck
+	b.mu.Unlock()
+	switch {
+	case ownGone != 0:
+		return wakeup{err: errRequeue}
+	case recheck:
+		return wakeup{check: true}
+	case predGone != 0 && (c.only || b.aheadGone(c, predGone)):
+		// Every deletion of our key up to predGone was delivered
+		// before (or with) that of the key ahead: our key existed
+		// at predGone, with nothing ahead of it (the only key
+		// ahead, or every key ahead as of c.hdr, deleted since:
+		// a key created later is behind ours).
+		c.hdr, c.pred = predGone, ""
+		return wakeup{turn: true}
+	case predGone != 0:
+		// Read as of the deletion: whether anything is left
+		// ahead of our key then.
+		return wakeup{check: true, at: predGone}
+	}
+	return wakeup{}
 }
 
 // waiter is a contender waiting for its turn, registered with the shared
@@ -208,10 +244,18 @@ func (b *backend) unregisterLocked(wt *waiter) {
 	}
 }
 
+// queueView is what check read of the queue around a contender's key.
+type queueView struct {
+	own   bool     // the contender's key still exists
+	pred  string   // the key just ahead of it ("" if none)
+	only  bool     // pred is the only key ahead (it is also the first under the prefix)
+	ahead []string // the keys ahead of it, pred first, if at most aheadMax (see aheadOf)
+	hdr   int64    // the revision read
+}
+
 // check reads, in one Txn, whether c's key still exists, which key is
-// just ahead of it ("" if none) and whether that is the only key ahead
-// (it is also the first under the prefix), as of revision at, or of the
-// latest revision if at is 0; hdr is the revision read.
+// just ahead of it and whether that is the only key ahead (see
+// queueView), as of revision at, or of the latest revision if at is 0.
 //
 // A read at a given revision is exact whenever it is served: the state
 // as of a committed revision never changes. So it is served by whichever
@@ -219,22 +263,11 @@ func (b *backend) unregisterLocked(wt *waiter) {
 // round, which under load waits for the next fsync); if that member has
 // not applied the revision yet, or it was compacted, check reads the
 // latest revision instead (linearizable).
-func (b *backend) check(ctx context.Context, c *contender, at int64) (own bool, pred string, only bool, ahead []string, hdr int64, err error) {
+func (b *backend) check(ctx context.Context, c *contender, at int64) (queueView, error) {
 	rctx, cancel := b.rpcCtx(ctx)
 	defer cancel()
 	for {
-		mineOpts := []clientv3.OpOption{clientv3.WithKeysOnly()}
-		aheadOpts := append(clientv3.WithLastCreate(), clientv3.WithLimit(aheadMax), clientv3.WithMaxCreateRev(c.rev-1), clientv3.WithKeysOnly())
-		first := append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())
-		if at > 0 {
-			pin := []clientv3.OpOption{clientv3.WithRev(at), clientv3.WithSerializable()}
-			mineOpts, aheadOpts, first = append(mineOpts, pin...), append(aheadOpts, pin...), append(first, pin...)
-		}
-		resp, err := b.cli.Txn(rctx).Then(
-			clientv3.OpGet(c.key, mineOpts...),
-			clientv3.OpGet(c.pfx+"/", aheadOpts...),
-			clientv3.OpGet(c.pfx+"/", first...),
-		).Commit()
+		resp, err := b.cli.Txn(rctx).Then(queueOps(c, at)...).Commit()
 		if err != nil && at > 0 && (errors.Is(err, rpctypes.ErrFutureRev) || errors.Is(err, rpctypes.ErrCompacted)) {
 			at = 0
 			continue
@@ -246,20 +279,50 @@ func (b *backend) check(ctx context.Context, c *contender, at int64) (own bool, 
 			continue
 		}
 		if err != nil {
-			return false, "", false, nil, 0, b.fail(ctx, "check lock queue", err)
+			return queueView{}, b.fail(ctx, "check lock queue", err)
 		}
-		mine := resp.Responses[0].GetResponseRange().Kvs
-		own = len(mine) == 1 && mine[0].CreateRevision == c.rev
-		pred, ahead = aheadOf(resp.Responses[1].GetResponseRange())
-		if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 {
-			only = pred != "" && string(kvs[0].Key) == pred
-		}
-		hdr = resp.Header.Revision
-		if at > 0 {
-			hdr = at
-		}
-		return own, pred, only, ahead, hdr, nil
+		return viewOf(c, resp, at), nil
 	}
+}
+
+// The reads of queueOps, in the order of their responses.
+const (
+	readMine  = iota // c's key
+	readAhead        // the keys ahead of it, last-created first, at most aheadMax
+	readFirst        // the first key under the prefix
+)
+
+// queueOps are check's reads (readMine, readAhead, readFirst), as of
+// revision at (0: the latest).
+func queueOps(c *contender, at int64) []clientv3.Op {
+	mineOpts := []clientv3.OpOption{clientv3.WithKeysOnly()}
+	aheadOpts := append(clientv3.WithLastCreate(), clientv3.WithLimit(aheadMax), clientv3.WithMaxCreateRev(c.rev-1), clientv3.WithKeysOnly())
+	first := append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())
+	if at > 0 {
+		pin := []clientv3.OpOption{clientv3.WithRev(at), clientv3.WithSerializable()}
+		mineOpts, aheadOpts, first = append(mineOpts, pin...), append(aheadOpts, pin...), append(first, pin...)
+	}
+	return []clientv3.Op{
+		clientv3.OpGet(c.key, mineOpts...),
+		clientv3.OpGet(c.pfx+"/", aheadOpts...),
+		clientv3.OpGet(c.pfx+"/", first...),
+	}
+}
+
+// viewOf reads resp, the answer to queueOps(c, at).
+func viewOf(c *contender, resp *clientv3.TxnResponse, at int64) queueView {
+	var v queueView
+	mine := resp.Responses[readMine].GetResponseRange().Kvs
+	v.own = len(mine) == 1 && mine[0].CreateRevision == c.rev
+	v.pred, v.ahead = aheadOf(resp.Responses[readAhead].GetResponseRange())
+	if kvs := resp.Responses[readFirst].GetResponseRange().Kvs; len(kvs) > 0 {
+		v.only = v.pred != "" && string(kvs[0].Key) == v.pred
+	}
+	v.hdr = resp.Header.Revision
+	if at > 0 {
+		v.hdr = at
+	}
+	return v
 }
 
 // aheadGone reports whether the shared watch delivered a deletion, after

@@ -379,18 +379,7 @@ func (b *backend) watchOnce(ctx context.Context, gen uint64) {
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	st, err := pb.NewWatchClient(b.cli.ActiveConnection()).Watch(wctx)
-	if err != nil {
-		return
-	}
-	key, end := []byte(b.keyPrefix), []byte(clientv3.GetPrefixRangeEnd(b.keyPrefix))
-	if len(key) == 0 {
-		key, end = []byte{0}, []byte{0} // every key (as clientv3.WithPrefix does)
-	}
-	err = st.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
-		Key: key, RangeEnd: end, StartRevision: from, ProgressNotify: true,
-		Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT},
-	}}})
+	st, err := b.openWatch(wctx, from)
 	if err != nil {
 		return
 	}
@@ -405,50 +394,79 @@ func (b *backend) watchOnce(ctx context.Context, gen uint64) {
 			b.recheckAll(gen)
 			return
 		}
-		if wr.Canceled {
+		if wr.Canceled || !b.applyWatch(wr, gen) {
 			return
-		}
-		var lost []*lease
-		b.mu.Lock()
-		if b.watch.gen != gen {
-			b.mu.Unlock()
-			return
-		}
-		if wr.Created {
-			w := &b.watch
-			w.live = true
-			if w.next == 0 && wr.Header != nil {
-				// Started at the current revision: it covers every
-				// deletion after the one its creation reports.
-				rev := wr.Header.Revision + 1
-				w.from, w.next, w.recentFrom = rev, rev, rev
-			}
-			if !w.readyClosed {
-				w.readyClosed = true
-				close(w.ready)
-			}
-		}
-		for _, ev := range wr.Events {
-			if ev.Type != mvccpb.DELETE {
-				continue
-			}
-			key, rev := string(ev.Kv.Key), ev.Kv.ModRevision
-			if l := b.keys[key]; l != nil && rev > l.rev {
-				lost = append(lost, l)
-			}
-			b.deliveredLocked(key, rev)
-			b.watch.next = max(b.watch.next, rev+1)
-		}
-		if len(wr.Events) == 0 && !wr.Created && wr.Header != nil && wr.Header.Revision != 0 {
-			// A progress notification: every event up to its revision
-			// was sent.
-			b.watch.next = max(b.watch.next, wr.Header.Revision+1)
-		}
-		b.mu.Unlock()
-		for _, l := range lost {
-			l.markLost()
 		}
 	}
+}
+
+// openWatch opens a Watch stream on the client's connection and asks it
+// for the deletions under the backend's key prefix from revision from (0:
+// from now), with progress notifications.
+func (b *backend) openWatch(wctx context.Context, from int64) (pb.Watch_WatchClient, error) {
+	st, err := pb.NewWatchClient(b.cli.ActiveConnection()).Watch(wctx)
+	if err != nil {
+		return nil, err
+	}
+	key, end := []byte(b.keyPrefix), []byte(clientv3.GetPrefixRangeEnd(b.keyPrefix))
+	if len(key) == 0 {
+		key, end = []byte{0}, []byte{0} // every key (as clientv3.WithPrefix does)
+	}
+	err = st.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
+		Key: key, RangeEnd: end, StartRevision: from, ProgressNotify: true,
+		Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT},
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// applyWatch takes in wr, a response of the watch of generation gen: the
+// watch's creation, deletions (a held key's deletion loses its lease) or
+// progress. It reports false if gen is no longer the shared watch's.
+func (b *backend) applyWatch(wr *pb.WatchResponse, gen uint64) bool {
+	var lost []*lease
+	b.mu.Lock()
+	if b.watch.gen != gen {
+		b.mu.Unlock()
+		return false
+	}
+	if wr.Created {
+		w := &b.watch
+		w.live = true
+		if w.next == 0 && wr.Header != nil {
+			// Started at the current revision: it covers every
+			// deletion after the one its creation reports.
+			rev := wr.Header.Revision + 1
+			w.from, w.next, w.recentFrom = rev, rev, rev
+		}
+		if !w.readyClosed {
+			w.readyClosed = true
+			close(w.ready)
+		}
+	}
+	for _, ev := range wr.Events {
+		if ev.Type != mvccpb.DELETE {
+			continue
+		}
+		key, rev := string(ev.Kv.Key), ev.Kv.ModRevision
+		if l := b.keys[key]; l != nil && rev > l.rev {
+			lost = append(lost, l)
+		}
+		b.deliveredLocked(key, rev)
+		b.watch.next = max(b.watch.next, rev+1)
+	}
+	if len(wr.Events) == 0 && !wr.Created && wr.Header != nil && wr.Header.Revision != 0 {
+		// A progress notification: every event up to its revision
+		// was sent.
+		b.watch.next = max(b.watch.next, wr.Header.Revision+1)
+	}
+	b.mu.Unlock()
+	for _, l := range lost {
+		l.markLost()
+	}
+	return true
 }
 
 // recheckAll restarts coverage at the current revision after a

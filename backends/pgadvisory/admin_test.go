@@ -14,19 +14,9 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/pgadvisory"
 	"github.com/fencelock/fencelock/conformance"
-	"github.com/fencelock/fencelock/driver"
-	"github.com/fencelock/fencelock/internal/adminhook"
+	"github.com/fencelock/fencelock/internal/testhelp"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
-
-func adminOf(t testing.TB, c *fencelock.Client) driver.Admin {
-	t.Helper()
-	adm, ok := adminhook.Of(c)
-	if !ok {
-		t.Fatal("adminhook.Of = false")
-	}
-	return adm
-}
 
 // TestAdminExpire: Expire, through another client's Admin, terminates the
 // holder's session: the lease reports the loss, the lock is free, and
@@ -39,7 +29,7 @@ func TestAdminExpire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := adminOf(t, b).Expire(e.ctx, n); err != nil {
+	if err := testhelp.Admin(t, b).Expire(e.ctx, n); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -57,7 +47,7 @@ func TestAdminExpire(t *testing.T) {
 	if err := l2.Release(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := adminOf(t, b).Expire(e.ctx, n); err != nil {
+	if err := testhelp.Admin(t, b).Expire(e.ctx, n); err != nil {
 		t.Fatalf("Expire of a free lock: %v", err)
 	}
 }
@@ -93,7 +83,7 @@ func TestAdminKillSessions(t *testing.T) {
 		return k
 	}
 	bBefore := count("kill-b")
-	if err := adminOf(t, a).KillSessions(e.ctx); err != nil {
+	if err := testhelp.Admin(t, a).KillSessions(e.ctx); err != nil {
 		t.Fatal(err)
 	}
 	e.waitFor(5*time.Second, "a's sessions to end", func() (bool, error) { return count("kill-a") == 0, nil })

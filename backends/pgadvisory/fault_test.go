@@ -15,6 +15,7 @@ import (
 	"github.com/fencelock/fencelock/backends/pgadvisory"
 	"github.com/fencelock/fencelock/internal/faultrec"
 	"github.com/fencelock/fencelock/internal/faulttest"
+	"github.com/fencelock/fencelock/internal/testhelp"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -65,20 +66,16 @@ func opts(ttl time.Duration, renew bool) *fencelock.AcquireOptions {
 // waitFor polls cond (a server-state query) until it holds or d passes.
 func (e *env) waitFor(d time.Duration, what string, cond func() (bool, error)) {
 	e.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
+	testhelp.Eventually(e.t, d, func() error {
 		ok, err := cond()
 		if err != nil {
 			e.t.Fatalf("%s: %v", what, err)
 		}
-		if ok {
-			return
+		if !ok {
+			return errors.New(what)
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // waiters counts sessions queued (not granted) for advisory lock key.

@@ -376,30 +376,15 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	if err != nil {
 		return nil, err
 	}
-	sent := time.Now()
-	var rs []*pgconn.Result
-	var fv []byte
+	sql, lay := trySQL(key, ms), tryLayout
 	if b.strict {
-		rs, err = execLabelled(ctx, pc.Conn().PgConn(), b.label(req), tryStrictSQL(key, ms))
-		if err == nil {
-			err = resultErr(rs, 5, 2)
-		}
-		if err == nil {
-			fv = rs[1].Rows[0][0]
-			if fv != nil && string(rs[4].Rows[0][1]) != "t" {
-				err = fmt.Errorf("pgadvisory: the lease's transaction did not take over the session's lock (got %q)", rs[4].Rows[0][1])
-			}
-		}
-	} else {
-		sql := "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '" + strconv.FormatInt(ms, 10) +
-			"', true), CASE WHEN pg_try_advisory_xact_lock(" + strconv.FormatInt(key, 10) + ") THEN pg_current_xact_id()::text END"
-		rs, err = execLabelled(ctx, pc.Conn().PgConn(), b.label(req), sql)
-		if err == nil {
-			err = resultErr(rs, 2, 2)
-		}
-		if err == nil {
-			fv = rs[1].Rows[0][1]
-		}
+		sql, lay = tryStrictSQL(key, ms), tryStrictLayout
+	}
+	sent := time.Now()
+	rs, err := execLabelled(ctx, pc.Conn().PgConn(), b.label(req), sql)
+	var fv []byte
+	if err == nil {
+		fv, err = lay.fenceIn(rs)
 	}
 	if err != nil {
 		b.discard(pc)
@@ -425,6 +410,12 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 		return nil, err
 	}
 	return l, nil
+}
+
+// trySQL is TryAcquire's batch when the fence flush is off (see tryLayout).
+func trySQL(key, ms int64) string {
+	return "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '" + strconv.FormatInt(ms, 10) +
+		"', true), CASE WHEN pg_try_advisory_xact_lock(" + strconv.FormatInt(key, 10) + ") THEN pg_current_xact_id()::text END"
 }
 
 // Acquire implements driver.Blocker: the wait is the server's FIFO lock
@@ -512,54 +503,15 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	b.mu.Lock()
-	b.waiting[pc] = struct{}{}
-	b.mu.Unlock()
-	defer func() {
-		b.mu.Lock()
-		delete(b.waiting, pc)
-		b.mu.Unlock()
-	}()
+	defer b.markWaiting(pc)()
 	pg := pc.Conn().PgConn()
 	sql := labelSQL(b.label(req)) + waitSQL(key, ms, b.strict, serverMajor(pg.ParameterStatus("server_version")) >= 14)
-
-	// The wait runs detached from ctx: when ctx ends we ask the server to
-	// cancel it (the connection survives), and only if that does not end it
-	// within cancelGrace we break the connection.
-	execCtx, cancelExec := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelExec()
-	cancelled := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(cancelled)
-		// A cancel request that reaches the server before the query does is
-		// ignored, so repeat it until the wait ends. Backstop: a server that
-		// does not honour it in time (unreachable, frozen) gets its
-		// connection broken.
-		deadline := time.Now().Add(cancelGrace)
-		for {
-			cctx, cancel := context.WithDeadline(execCtx, deadline)
-			_ = pg.CancelRequest(cctx)
-			cancel()
-			t := time.NewTimer(cancelRetry)
-			select {
-			case <-execCtx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			if time.Now().After(deadline) {
-				cancelExec()
-				return
-			}
-		}
-	})
-	sent := time.Now()
-	rs, err := pg.Exec(execCtx, sql).ReadAll()
-	rs = dropLabelResult(b.label(req), rs)
-	cancelExec() // the wait is over: release the AfterFunc, if it runs
-	if !stop() {
-		<-cancelled
+	lay := waitLayout
+	if b.strict {
+		lay = waitStrictLayout
 	}
+	rs, sent, err := execWait(ctx, pg, sql)
+	rs = dropLabelResult(b.label(req), rs)
 	if ctx.Err() != nil {
 		// Granted or not, nothing may stay held: closing the connection ends
 		// the session (and keeps a late cancel request from reaching a
@@ -568,23 +520,8 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 		return nil, time.Time{}, ctxErr(ctx)
 	}
 	var fv []byte
-	if b.strict {
-		if err == nil {
-			err = resultErr(rs, 7, 2)
-		}
-		if err == nil {
-			fv = rs[3].Rows[0][0]
-			if string(rs[6].Rows[0][1]) != "t" {
-				err = fmt.Errorf("pgadvisory: the lease's transaction did not take over the session's lock (got %q)", rs[6].Rows[0][1])
-			}
-		}
-	} else {
-		if err == nil {
-			err = resultErr(rs, 4, 3)
-		}
-		if err == nil {
-			fv = rs[3].Rows[0][2]
-		}
+	if err == nil {
+		fv, err = lay.fenceIn(rs)
 	}
 	if err != nil {
 		b.discard(pc)
@@ -594,21 +531,89 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	// The server's idle timer started when the granting statement ended, not
-	// when it was sent. After a long wait, restart it now so that the lease's
-	// validity does not start in the past.
-	if time.Since(sent) > req.TTL/4 {
-		renewed := time.Now()
-		if err := l.Extend(ctx, req.TTL); err != nil {
-			l.abandon()
-			if errors.Is(err, driver.ErrLeaseLost) {
-				return nil, time.Time{}, fmt.Errorf("%w: %w", errCutBeforeReturn, err)
-			}
-			return nil, time.Time{}, storeErr(ctx, "start the TTL after the wait", err)
-		}
-		sent = renewed
+	return restartTTL(ctx, l, req.TTL, sent)
+}
+
+// markWaiting counts pc among the connections waiting in the server's
+// queue until the returned func is called.
+func (b *backend) markWaiting(pc *pgxpool.Conn) (unmark func()) {
+	b.mu.Lock()
+	b.waiting[pc] = struct{}{}
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		delete(b.waiting, pc)
+		b.mu.Unlock()
 	}
-	return l, sent, nil
+}
+
+// execWait runs the wait batch sql on pg and returns its results and when
+// it was sent.
+//
+// The wait runs detached from ctx: when ctx ends we ask the server to
+// cancel it (the connection survives), and only if that does not end it
+// within cancelGrace we break the connection.
+func execWait(ctx context.Context, pg *pgconn.PgConn, sql string) ([]*pgconn.Result, time.Time, error) {
+	execCtx, cancelExec := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelExec()
+	cancelled := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cancelled)
+		cancelWait(execCtx, cancelExec, pg)
+	})
+	sent := time.Now()
+	rs, err := pg.Exec(execCtx, sql).ReadAll()
+	cancelExec() // the wait is over: release the AfterFunc, if it runs
+	if !stop() {
+		<-cancelled
+	}
+	return rs, sent, err
+}
+
+// cancelWait asks the server to cancel the query running on pg until
+// execCtx, the query's context, ends. A cancel request that reaches the
+// server before the query does is ignored, so it repeats the request
+// every cancelRetry. Backstop: a server that does not honour it within
+// cancelGrace (unreachable, frozen) gets its connection broken
+// (cancelExec).
+func cancelWait(execCtx context.Context, cancelExec context.CancelFunc, pg *pgconn.PgConn) {
+	deadline := time.Now().Add(cancelGrace)
+	for {
+		cctx, cancel := context.WithDeadline(execCtx, deadline)
+		_ = pg.CancelRequest(cctx)
+		cancel()
+		t := time.NewTimer(cancelRetry)
+		select {
+		case <-execCtx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if time.Now().After(deadline) {
+			cancelExec()
+			return
+		}
+	}
+}
+
+// restartTTL returns l granted by a wait sent at sent, and when its TTL
+// started. The server's idle timer started when the granting statement
+// ended, not when it was sent: after a long wait it restarts it now, so
+// that the lease's validity does not start in the past. If that fails, l
+// is abandoned.
+func restartTTL(ctx context.Context, l *lease, ttl time.Duration, sent time.Time) (*lease, time.Time, error) {
+	if time.Since(sent) <= ttl/4 {
+		return l, sent, nil
+	}
+	renewed := time.Now()
+	if err := l.Extend(ctx, ttl); err != nil {
+		l.abandon()
+		if errors.Is(err, driver.ErrLeaseLost) {
+			return nil, time.Time{}, fmt.Errorf("%w: %w", errCutBeforeReturn, err)
+		}
+		return nil, time.Time{}, storeErr(ctx, "start the TTL after the wait", err)
+	}
+	return l, renewed, nil
 }
 
 // cancelGrace bounds how long a cancelled wait waits for the server to

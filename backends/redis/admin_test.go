@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -16,18 +17,9 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/redis"
 	"github.com/fencelock/fencelock/driver"
-	"github.com/fencelock/fencelock/internal/adminhook"
+	"github.com/fencelock/fencelock/internal/testhelp"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
-
-func admin(t testing.TB, c *fencelock.Client) driver.Admin {
-	t.Helper()
-	adm, ok := adminhook.Of(c)
-	if !ok {
-		t.Fatal("adminhook.Of = false")
-	}
-	return adm
-}
 
 // clientConns returns the IDs of the server's connections named name.
 func clientConns(t testing.TB, rc goredis.UniversalClient, name string) map[string]bool {
@@ -67,7 +59,7 @@ func TestAdminExpire(t *testing.T) {
 		t.Fatal(err)
 	}
 	fenceKey := redis.FenceKey(n)
-	if err := admin(t, b).Expire(ctx, n); err != nil { // another client's Admin: owner-agnostic
+	if err := testhelp.Admin(t, b).Expire(ctx, n); err != nil { // another client's Admin: owner-agnostic
 		t.Fatal(err)
 	}
 	if rc.Exists(ctx, n).Val() != 0 {
@@ -84,7 +76,7 @@ func TestAdminExpire(t *testing.T) {
 	if !errors.Is(l.Err(), fencelock.ErrLeaseLost) {
 		t.Fatalf("Err after Expire: %v, want ErrLeaseLost", l.Err())
 	}
-	if err := admin(t, b).Expire(ctx, n); err != nil {
+	if err := testhelp.Admin(t, b).Expire(ctx, n); err != nil {
 		t.Fatalf("Expire of a free lock: %v, want nil", err)
 	}
 }
@@ -121,16 +113,15 @@ func TestAdminKillSessions(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { _, _ = a.Acquire(wctx, n+"-b", nil) })
 	defer func() { cancel(); wg.Wait() }()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(clientConns(t, obs, aName)) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("client a has %d connections, want ≥ 2 (commands + pub/sub)", len(clientConns(t, obs, aName)))
+	testhelp.Eventually(t, 5*time.Second, func() error {
+		if n := len(clientConns(t, obs, aName)); n < 2 {
+			return fmt.Errorf("client a has %d connections, want ≥ 2 (commands + pub/sub)", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	aBefore, bBefore := clientConns(t, obs, aName), clientConns(t, obs, bName)
 
-	if err := admin(t, a).KillSessions(ctx); err != nil {
+	if err := testhelp.Admin(t, a).KillSessions(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// a may have reconnected already (its renewal, its waiter): none of
@@ -185,7 +176,7 @@ func TestKillSessionsNeedsClientName(t *testing.T) {
 	defer rc.Close()
 	c := redis.New(rc, nil)
 	defer c.Close()
-	err = admin(t, c).KillSessions(t.Context())
+	err = testhelp.Admin(t, c).KillSessions(t.Context())
 	if !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), "ClientName") {
 		t.Fatalf("KillSessions without a client name: %v, want ErrInvalid naming ClientName", err)
 	}

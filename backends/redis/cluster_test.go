@@ -14,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock/backends/redis"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/internal/faultrec"
+	"github.com/fencelock/fencelock/internal/testhelp"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -247,14 +248,14 @@ func testClusterAdmin(t *testing.T, url string) {
 		}
 		ls = append(ls, l)
 	}
-	if err := admin(t, obs).Expire(ctx, ls[0].Name()); err != nil {
+	if err := testhelp.Admin(t, obs).Expire(ctx, ls[0].Name()); err != nil {
 		t.Fatal(err)
 	}
 	rc := native(t, obs)
 	if rc.Exists(ctx, ls[0].Name()).Val() != 0 {
 		t.Fatal("lock key still there after Expire")
 	}
-	if err := admin(t, a).KillSessions(ctx); err != nil {
+	if err := testhelp.Admin(t, a).KillSessions(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range ls[1:] {

@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/redis"
+	"github.com/fencelock/fencelock/internal/testhelp"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -18,20 +20,16 @@ import (
 // server reports, not a sleep), failing after 10s.
 func queued(t *testing.T, rc goredis.UniversalClient, name string, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testhelp.Eventually(t, 10*time.Second, func() error {
 		got, err := rc.LLen(t.Context(), redis.QueueKey(name)).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got == n {
-			return
+		if got != n {
+			return fmt.Errorf("%d waiters queued on %q, want %d", got, name, n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d waiters queued on %q after 10s, want %d", got, name, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 type grantResult struct {
@@ -179,13 +177,12 @@ func TestWaitersGoFirst(t *testing.T) {
 	if !errors.Is(err, fencelock.ErrNotAcquired) || !strings.Contains(err.Error(), "queued") {
 		t.Fatalf("TryAcquire with a live waiter in line: %v, want ErrNotAcquired saying waiters queued first", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for rc.Exists(ctx, redis.WaitKey(n, ghost)).Val() == 1 { // the server expires it
-		if time.Now().After(deadline) {
-			t.Fatal("liveness key did not expire")
+	testhelp.Eventually(t, 10*time.Second, func() error {
+		if rc.Exists(ctx, redis.WaitKey(n, ghost)).Val() == 1 { // the server expires it
+			return errors.New("liveness key did not expire")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	l, err := c.TryAcquire(ctx, n, hold)
 	if err != nil {
 		t.Fatalf("TryAcquire once the dead waiter's liveness ran out: %v", err)

@@ -136,14 +136,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/localq"
-	"github.com/fencelock/fencelock/internal/redisx"
 )
 
 var (
@@ -393,225 +391,6 @@ const (
 // primary's answer before it asks the others anyway (see try).
 const maxLeadWait = 25 * time.Millisecond
 
-// try is TryAcquire; it also returns when the attempt started.
-//
-// waiter identifies a blocked Acquire ("" for TryAcquire): the lead
-// primary queues it when the lock is held there, and keeps it at the head
-// of the queue once it granted it, until the lease's release (see
-// acquire.lua and release.lua).
-//
-// An ordered attempt (a blocked Acquire's retry; see Waiting,
-// atop waiter.go) asks the lead primary first and the others only once the
-// lead granted. The lead grants only the first waiter in its queue
-// (acquire.lua), so the waiters that race
-// for a lock just released do not split the primaries' votes: only the
-// one the lead granted goes on to ask the others, and the rest are refused
-// after one round trip, holding nothing. This only orders the requests:
-// the grant still needs a majority within the validity, as for any
-// attempt. When the lead fails, or has not answered within
-// min(maxLeadWait, validity/4), the others are asked at once and the lead's
-// reply, when it comes, counts like theirs.
-func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter string, mode attemptMode) (_ *lease, start time.Time, err error) {
-	if !utf8.ValidString(req.Name) {
-		return nil, start, fmt.Errorf("%w: lock key %q is not valid UTF-8 (check Options.Prefix): redlock keeps its companion keys among the invalid-UTF-8 keys", driver.ErrInvalid, req.Name)
-	}
-	g := b.enter(req.Name)
-	if g == nil {
-		return nil, start, fmt.Errorf("%w: another acquire attempt on this lock from the same Client is in flight", driver.ErrNotAcquired)
-	}
-	defer func() { b.exit(req.Name, g, err == nil) }()
-	start = time.Now()
-	validity := req.TTL - drift(req.TTL)
-	n, q := len(b.nodes), b.quorum
-	k := keysFor(req.Name)
-	b.snapshot(k)
-	at := newAttempt(n)
-	args := []any{req.Token, millis(req.TTL), labelValue(0, req.Label)}
-	lockKeys := []string{k.lock, k.fence, k.void(req.Token)}
-	// Primaries get at least answerWait to answer, even when the validity
-	// is shorter: a grant that comes too late is refused below (and the
-	// caller may retry), while a primary that does not answer within
-	// answerWait counts as unavailable.
-	callDeadline := start.Add(max(validity, answerWait))
-	leadKeys := append(slices.Clip(lockKeys), k.queue, k.queueDL)
-	queueMode := "1"
-	if mode == plain {
-		queueMode = "0"
-	}
-	leadArgs := []any{req.Token, millis(req.TTL), waiter, queueKeep.Milliseconds(), queueMode, labelValue(0, req.Label)}
-	var behindFor atomic.Int64 // the lead's refusal {0, -4, ms}: ms until the place ahead ends
-	call := func(ctx context.Context, i int) (int64, int64, error) {
-		ks, as := lockKeys, args
-		if i == lead && waiter != "" {
-			ks, as = leadKeys, leadArgs
-		}
-		res, err := acquireScript.Run(ctx, b.nodes[i].c, ks, as...).Int64Slice()
-		if err == nil && len(res) != 2 && (len(res) != 3 || res[1] != -4) {
-			err = fmt.Errorf("acquire script returned %v, want {granted, value}", res)
-		}
-		if err == nil && len(res) == 3 {
-			behindFor.Store(res[2])
-		}
-		switch {
-		case err == nil && res[0] == 1:
-			at.states[i].Store(stateGranted)
-			return 1, res[1], nil
-		case err == nil:
-			at.states[i].Store(stateRefused)
-			return 0, res[1], nil
-		case redisx.NotSent(err):
-			at.states[i].Store(stateNotSent)
-		case redisx.IsReply(err):
-			at.states[i].Store(stateRefused)
-		default:
-			at.states[i].Store(stateUnknown)
-		}
-		return 0, 0, err
-	}
-	replies := make(chan reply, n)
-	if mode == ordered {
-		// Until the others are asked, they are known not to hold our
-		// token: an abandon skips them.
-		rest := make([]int, 0, n-1)
-		for i := range n {
-			if i != lead {
-				rest = append(rest, i)
-				at.states[i].Store(stateNotSent)
-			}
-		}
-		b.fanInto(replies, callDeadline, []int{lead}, call)
-		wait := time.NewTimer(min(maxLeadWait, validity/4))
-		select {
-		case r := <-replies:
-			wait.Stop()
-			if r.err == nil && r.a == 0 {
-				why, ms := errLeadHeld, r.b
-				if r.b == -4 {
-					why, ms = errBehind, behindFor.Load()
-				}
-				err := fmt.Errorf("%w: the lead primary %s %w", driver.ErrNotAcquired, b.nodes[lead].addr, why)
-				if ms >= 0 {
-					err = &freeAt{err, expiresBy(time.Now(), ms)}
-				}
-				return nil, start, err
-			}
-			replies <- r // granted, or failed: counted with the others' replies below
-		case <-wait.C: // the lead is slow: ask the others without waiting for it
-		case <-ctx.Done():
-			wait.Stop()
-			return nil, start, b.abandon(req, waiter, k, at, ctxErr(ctx, "acquire", "waiting for the lead primary"))
-		}
-		for _, i := range rest {
-			at.states[i].Store(statePending)
-		}
-		b.fanInto(replies, callDeadline, rest, call)
-	} else {
-		b.fanInto(replies, callDeadline, all(n), call)
-	}
-	var (
-		grants       []reply
-		held, failed int
-		pttl         int64       = -2 // the longest PTTL among refusals
-		ends         []time.Time      // when the refusals' keys run out
-		errs         []error
-	)
-	for len(grants) < q && held+failed <= n-q {
-		select {
-		case r := <-replies:
-			switch {
-			case r.err != nil:
-				failed++
-				errs = append(errs, nodeErr(b.nodes[r.i].addr, "acquire", r.err))
-			case r.a == 1:
-				grants = append(grants, r)
-			default:
-				held++
-				if r.b == -1 || (pttl != -1 && r.b > pttl) {
-					pttl = r.b
-				}
-				if r.b >= 0 {
-					ends = append(ends, expiresBy(time.Now(), r.b))
-				}
-			}
-		case <-ctx.Done():
-			return nil, start, b.abandon(req, waiter, k, at, ctxErr(ctx, "acquire", fmt.Sprintf("%d of %d primaries had granted, %d needed", len(grants), n, q)))
-		}
-	}
-	if len(grants) < q {
-		err := refusal(n, q, held, failed, pttl, errs)
-		if free, ok := majorityFreeAt(n, q, held, failed, ends); ok && failed <= n-q {
-			err = &freeAt{err, free}
-		}
-		return nil, start, b.abandon(req, waiter, k, at, err)
-	}
-
-	// The fence f is the q-th smallest counter the granting primaries
-	// returned; W is the set of granting primaries whose counter is f,
-	// plus those below f that get f written back (each only while it still
-	// holds our token), until W is a majority. Every member of W returned a
-	// counter ≤ f and stores ≥ f, written while our token held the lock
-	// there: that is all the proof in the package doc needs. When W falls
-	// short and more replies are on their way, they are awaited first (for
-	// at most as long as the attempt took so far): a later grant may agree
-	// and spare the write-back round trip.
-	fence, stored, behind := fenceOf(grants, q)
-	if stored < q && len(grants)+held+failed < n {
-		grace := time.NewTimer(time.Since(start))
-	more:
-		for stored < q && len(grants)+held+failed < n {
-			select {
-			case r := <-replies:
-				switch {
-				case r.err != nil:
-					failed++
-				case r.a == 1:
-					grants = append(grants, r)
-					fence, stored, behind = fenceOf(grants, q)
-				default:
-					held++
-				}
-			case <-grace.C:
-				break more
-			case <-ctx.Done():
-				grace.Stop()
-				return nil, start, b.abandon(req, waiter, k, at, ctxErr(ctx, "acquire", "waiting for more grants"))
-			}
-		}
-		grace.Stop()
-	}
-	if stored < q {
-		wb := b.fan(callDeadline, behind, func(ctx context.Context, i int) (int64, int64, error) {
-			v, err := writebackScript.Run(ctx, b.nodes[i].c, []string{k.lock, k.fence}, req.Token, fence).Int64()
-			return v, 0, err
-		})
-		var lost int
-		for got := 0; got < len(behind) && stored < q; got++ {
-			select {
-			case r := <-wb:
-				switch {
-				case r.err != nil:
-					errs = append(errs, nodeErr(b.nodes[r.i].addr, "fence write-back", r.err))
-				case r.a == 1:
-					stored++
-				default:
-					lost++
-				}
-			case <-ctx.Done():
-				return nil, start, b.abandon(req, waiter, k, at, ctxErr(ctx, "acquire", "writing the fence back"))
-			}
-		}
-		if stored < q {
-			return nil, start, b.abandon(req, waiter, k, at, fmt.Errorf("%w: redlock acquire: a majority granted, but the fence reached only %d of the %d primaries needed in time (%d lost the lock meanwhile): %w",
-				driver.ErrNotAcquired, stored, q, lost, errors.Join(errs...)))
-		}
-	}
-	if el := time.Since(start); el >= validity {
-		return nil, start, b.abandon(req, waiter, k, at, fmt.Errorf("%w: redlock acquire: a majority granted only after %v, past the validity of the %v TTL (TTL − %g×TTL − %v): if this persists, raise the TTL or check the primaries' latency",
-			driver.ErrNotAcquired, el.Round(time.Microsecond), req.TTL, DriftFactor, DriftMin))
-	}
-	return &lease{b: b, k: k, token: req.Token, fence: uint64(fence), at: at, epoch: b.epoch.Load(), waiter: waiter}, start, nil
-}
-
 // fenceOf picks the fence from the grants: the q-th smallest counter
 // returned. It also returns how many grants returned exactly that value
 // (they store it already) and the primaries that returned less (candidates
@@ -632,27 +411,6 @@ func fenceOf(grants []reply, q int) (fence int64, stored int, behind []int) {
 		}
 	}
 	return fence, stored, behind
-}
-
-// refusal explains a failed attempt. It is ErrUnavailable when so many
-// primaries failed that no majority can answer, else ErrNotAcquired: the
-// lock is held (or contended) on enough primaries, and waiting can help.
-func refusal(n, q, held, failed int, pttl int64, errs []error) error {
-	if failed > n-q {
-		return fmt.Errorf("redlock acquire: %d of %d primaries failed, so no majority of %d can grant: %w", failed, n, q, errors.Join(errs...))
-	}
-	why := fmt.Sprintf("%d of %d primaries hold the lock for another owner", held, n)
-	if failed > 0 {
-		why += fmt.Sprintf(" and %d did not answer (%v)", failed, errors.Join(errs...))
-	}
-	switch pttl {
-	case -1:
-		why += "; a key has no expiry, so its holder is not a lease and never frees itself: delete it by hand if its owner is gone"
-	case -2, -3, -4:
-	default:
-		why += fmt.Sprintf("; the longest expires in %v unless renewed", time.Duration(pttl)*time.Millisecond)
-	}
-	return fmt.Errorf("%w: %s", driver.ErrNotAcquired, why)
 }
 
 // abandon undoes a failed attempt and returns cause. On every primary that

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/internal/testhelp"
 )
 
 // These benchmarks compare this backend with go-zookeeper's own zk.Lock
@@ -77,7 +78,7 @@ func BenchmarkHandOff(b *testing.B) {
 			}
 			all = append(all, lat...)
 		}
-		reportLatencies(b, all)
+		testhelp.ReportHandoffs(b, all)
 	})
 	b.Run("zk.Lock", func(b *testing.B) {
 		u := sharedURL(b)
@@ -106,13 +107,8 @@ func BenchmarkHandOff(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		reportLatencies(b, all)
+		testhelp.ReportHandoffs(b, all)
 	})
-}
-
-func reportLatencies(b *testing.B, all []time.Duration) {
-	b.ReportMetric(float64(conformance.Percentile(all, 0.5).Microseconds()), "handoff-p50-µs")
-	b.ReportMetric(float64(conformance.Percentile(all, 0.99).Microseconds()), "handoff-p99-µs")
 }
 
 // BenchmarkContended8: 8 workers, each with its own client (session),

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/faultrec"
+	"github.com/fencelock/fencelock/internal/testhelp"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -36,17 +37,13 @@ func acquireAsync(ctx context.Context, c *fencelock.Client, n string, ttl time.D
 // test set up is in place).
 func waitChildren(t *testing.T, raw *zk.Conn, p string, want int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testhelp.Eventually(t, 20*time.Second, func() error {
 		kids, _, err := raw.Children(p)
 		if err == nil && len(kids) == want {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lock path %s: children %v (%v), want %d", p, kids, err, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("lock path %s: children %v (%v), want %d", p, kids, err, want)
+	})
 }
 
 func notYet(t *testing.T, ch <-chan grant, what string) {

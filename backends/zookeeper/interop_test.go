@@ -2,6 +2,7 @@ package zookeeper_test
 
 import (
 	"errors"
+	"fmt"
 	"path"
 	"regexp"
 	"runtime"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/zookeeper"
+	"github.com/fencelock/fencelock/internal/testhelp"
 )
 
 const root = "/fencelock-test"
@@ -207,20 +209,16 @@ func TestNodeFormAndFence(t *testing.T) {
 	// The lock path is a container: the server deletes it once empty (the
 	// test servers check every 500ms). The next node restarts the
 	// sequence at 0, and still gets a greater fence.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testhelp.Eventually(t, 20*time.Second, func() error {
 		ok, _, err := raw.Exists(lockPath(n))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !ok {
-			break
+		if ok {
+			return fmt.Errorf("empty lock path %s still there: not a container", lockPath(n))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("empty lock path %s still there after 20s: not a container", lockPath(n))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	l2, err := c.TryAcquire(ctx, n, nil)
 	if err != nil {
 		t.Fatal(err)

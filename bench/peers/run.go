@@ -46,11 +46,6 @@ func QuickConfig() Config {
 // turn, then every floor, so drift in machine load hits all alike.
 func Run(ctx context.Context, env *Env, cfg Config) *Result {
 	start := time.Now()
-	logf := func(format string, a ...any) {
-		if cfg.Log != nil {
-			fmt.Fprintf(cfg.Log, format+"\n", a...)
-		}
-	}
 	host, _ := os.Hostname()
 	res := &Result{
 		Schema: SchemaVersion, Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(),
@@ -58,84 +53,13 @@ func Run(ctx context.Context, env *Env, cfg Config) *Result {
 		Quick:   cfg.Quick, Rounds: cfg.Rounds, Counts: cfg.Counts, Servers: env.Servers,
 	}
 	versions := moduleVersions()
-	type implRun struct {
-		clients clients
-		samples []sample
-		errs    []string
-	}
-	runs := make([]*implRun, len(env.Impls))
-	for i, im := range env.Impls {
-		r := &implRun{}
-		runs[i] = r
-		for range cfg.Counts.Workers + 1 {
-			l, err := im.Open(ctx)
-			if err != nil {
-				r.errs = append(r.errs, "open: "+err.Error())
-				break
-			}
-			r.clients = append(r.clients, l)
-		}
-	}
-	defer func() {
-		for _, r := range runs {
-			for _, l := range r.clients {
-				_ = l.Close()
-			}
-		}
-	}()
-	type floorRun struct {
-		op      func(context.Context) error
-		close   func()
-		samples []sample
-		errs    []string
-	}
-	floors := make([]*floorRun, len(env.Floors))
-	for i, f := range env.Floors {
-		op, closeFn, err := f.Open(ctx)
-		floors[i] = &floorRun{op: op, close: closeFn}
-		if err != nil {
-			floors[i].errs = append(floors[i].errs, "open: "+err.Error())
-		}
-	}
-	defer func() {
-		for _, f := range floors {
-			if f.close != nil {
-				f.close()
-			}
-		}
-	}()
-
+	runs := openImpls(ctx, env, cfg)
+	defer closeImpls(runs)
+	floors := openFloors(ctx, env)
+	defer closeFloors(floors)
 	for round := 1; round <= cfg.Rounds; round++ {
-		for i, im := range env.Impls {
-			r := runs[i]
-			if len(r.clients) != cfg.Counts.Workers+1 {
-				continue
-			}
-			t0 := time.Now()
-			s, err := chunk(ctx, r.clients, im.Server, keyBase(im.ID, round), cfg)
-			if err != nil {
-				r.errs = append(r.errs, fmt.Sprintf("round %d: %v", round, err))
-				logf("round %d %-30s ERROR %v", round, im.ID, err)
-				continue
-			}
-			r.samples = append(r.samples, s)
-			logf("round %d %-30s %6.1fs  acq+rel p50 %.0fµs, hand-off p50 %.0fµs, %.0f/s contended",
-				round, im.ID, time.Since(t0).Seconds(), s[MUncontP50], s[MHandoffP50], s[MThroughput])
-		}
-		for i, f := range floors {
-			if f.op == nil {
-				continue
-			}
-			s := sample{}
-			if err := floor(ctx, f.op, cfg.Counts.Floor, s); err != nil {
-				f.errs = append(f.errs, fmt.Sprintf("round %d: %v", round, err))
-				continue
-			}
-			f.samples = append(f.samples, s)
-			logf("round %d %-30s p50 %.0fµs", round, env.Floors[i].ID, s[MFloorP50])
-		}
+		runRound(ctx, env, cfg, round, runs, floors)
 	}
-
 	for i, im := range env.Impls {
 		res.Impls = append(res.Impls, ImplResult{
 			ID: im.ID, Store: im.Store, Library: im.Library, Version: cmp.Or(versions[im.Library], "unknown (no build info)"),
@@ -151,6 +75,111 @@ func Run(ctx context.Context, env *Env, cfg Config) *Result {
 	}
 	res.DurationS = time.Since(start).Seconds()
 	return res
+}
+
+// logf writes a progress line to cfg.Log, if set.
+func (cfg Config) logf(format string, a ...any) {
+	if cfg.Log != nil {
+		fmt.Fprintf(cfg.Log, format+"\n", a...)
+	}
+}
+
+// implRun is one implementation's clients and what its rounds measured.
+type implRun struct {
+	clients clients // Workers+1 when every open succeeded
+	samples []sample
+	errs    []string
+}
+
+// openImpls opens cfg.Counts.Workers+1 clients of each of env's
+// implementations; an implementation that fails to open records why and
+// is left out of the rounds.
+func openImpls(ctx context.Context, env *Env, cfg Config) []*implRun {
+	runs := make([]*implRun, len(env.Impls))
+	for i, im := range env.Impls {
+		r := &implRun{}
+		runs[i] = r
+		for range cfg.Counts.Workers + 1 {
+			l, err := im.Open(ctx)
+			if err != nil {
+				r.errs = append(r.errs, "open: "+err.Error())
+				break
+			}
+			r.clients = append(r.clients, l)
+		}
+	}
+	return runs
+}
+
+func closeImpls(runs []*implRun) {
+	for _, r := range runs {
+		for _, l := range r.clients {
+			_ = l.Close()
+		}
+	}
+}
+
+// floorRun is one floor's operation and what its rounds measured.
+type floorRun struct {
+	op      func(context.Context) error // nil: the open failed
+	close   func()
+	samples []sample
+	errs    []string
+}
+
+// openFloors opens each of env's floors; one that fails to open records
+// why and is left out of the rounds.
+func openFloors(ctx context.Context, env *Env) []*floorRun {
+	floors := make([]*floorRun, len(env.Floors))
+	for i, f := range env.Floors {
+		op, closeFn, err := f.Open(ctx)
+		floors[i] = &floorRun{op: op, close: closeFn}
+		if err != nil {
+			floors[i].errs = append(floors[i].errs, "open: "+err.Error())
+		}
+	}
+	return floors
+}
+
+func closeFloors(floors []*floorRun) {
+	for _, f := range floors {
+		if f.close != nil {
+			f.close()
+		}
+	}
+}
+
+// runRound runs round number round: every implementation's chunk in
+// turn, then every floor.
+func runRound(ctx context.Context, env *Env, cfg Config, round int, runs []*implRun, floors []*floorRun) {
+	for i, im := range env.Impls {
+		r := runs[i]
+		if len(r.clients) != cfg.Counts.Workers+1 {
+			continue
+		}
+		t0 := time.Now()
+		s, err := chunk(ctx, r.clients, im.Server, keyBase(im.ID, round), cfg)
+		if err != nil {
+			r.errs = append(r.errs, fmt.Sprintf("round %d: %v", round, err))
+			cfg.logf("round %d %-30s ERROR %v", round, im.ID, err)
+			continue
+		}
+		r.samples = append(r.samples, s)
+		cfg.logf("round %d %-30s %6.1fs  acq+rel p50 %.0fµs, hand-off p50 %.0fµs, %.0f/s contended",
+			round, im.ID, time.Since(t0).Seconds(), s[MUncontP50], s[MHandoffP50], s[MThroughput])
+	}
+	for i, f := range floors {
+		if f.op == nil {
+			continue
+		}
+		s := sample{}
+		if err := floor(ctx, f.op, cfg.Counts.Floor, s); err != nil {
+			f.errs = append(f.errs, fmt.Sprintf("round %d: %v", round, err))
+			continue
+		}
+		f.samples = append(f.samples, s)
+		cfg.logf("round %d %-30s p50 %.0fµs", round, env.Floors[i].ID, s[MFloorP50])
+	}
 }
 
 const fencelockModule = "github.com/fencelock/fencelock"

@@ -59,104 +59,141 @@ func Start(ctx context.Context, stores []string) (env *Env, err error) {
 	return env, nil
 }
 
+// start starts store's server(s) and adds their implementations and
+// floors to e.
 func (e *Env) start(ctx context.Context, store string) error {
 	switch store {
 	case "redis":
-		r, stop, err := testserver.NewRedis(ctx)
-		if err != nil {
-			return err
-		}
-		e.cleanups = append(e.cleanups, stop)
-		e.Servers[store] = redisVersion(ctx, r.Addr())
-		e.Impls = append(e.Impls,
-			fencelockImpl("redis/fencelock", store, r.URL(), fencelockNotes+"; its go-redis client speaks RESP2 (the URL default; the peers keep go-redis's RESP3)"),
-			redislockImpl(r.Addr()),
-			redsyncImpl("redis/redsync", store, []string{r.Addr()}))
-		e.Floors = append(e.Floors, pingFloor(r.Addr()))
-		e.serve(store, r.Proc)
+		return e.startRedis(ctx, store)
 	case "redlock5":
-		m, stop, err := testserver.NewRedisNodes(ctx, 5, nil)
-		if err != nil {
-			return err
-		}
-		e.cleanups = append(e.cleanups, stop)
-		e.Servers[store] = "5 × " + redisVersion(ctx, m.Addrs()[0])
-		e.Impls = append(e.Impls,
-			fencelockImpl("redlock5/fencelock", store, m.URL(), fencelockNotes+"; its go-redis clients speak RESP2 (the URL default; the peers keep go-redis's RESP3)"),
-			redsyncImpl("redlock5/redsync", store, m.Addrs()))
-		var procs []*testserver.Proc
-		for _, n := range m.Nodes {
-			procs = append(procs, n.Proc)
-		}
-		e.serve(store, procs...)
+		return e.startRedlock(ctx, store)
 	case "etcd":
-		dir, err := os.MkdirTemp("", "fencelock-peers-etcd-")
-		if err != nil {
-			return err
-		}
-		e.cleanups = append(e.cleanups, func() { _ = os.RemoveAll(dir) })
-		s, err := testserver.NewStockEtcd(ctx, dir)
-		if err != nil {
-			return err
-		}
-		e.cleanups = append(e.cleanups, func() { _ = s.Kill() })
-		e.Servers[store] = etcdVersion(ctx, s.Endpoint) + " (stock binary, default timing, fsync on)"
-		e.Impls = append(e.Impls,
-			fencelockImpl("etcd/fencelock", store, s.URL("peers-fencelock"), fencelockNotes),
-			etcdMutexImpl(s.Endpoint))
-		e.Floors = append(e.Floors, etcdPutFloor(s.Endpoint))
-		e.serve(store, s.Proc)
+		return e.startEtcd(ctx, store)
 	case "postgres":
-		// Later -c settings override NewPostgres's fsync=off and
-		// full_page_writes=off.
-		p, err := testserver.NewPostgres(ctx, "-c", "fsync=on", "-c", "full_page_writes=on", "-c", "synchronous_commit=on")
-		if err != nil {
-			return err
-		}
-		e.cleanups = append(e.cleanups, p.Cleanup)
-		v, err := postgresSettings(ctx, p.URL())
-		if err != nil {
-			return err
-		}
-		e.Servers[store] = v
-		e.Impls = append(e.Impls,
-			fencelockImpl("postgres/fencelock-strict", store, p.URL(), fencelockNotes+"; strict fence (default: one flushed commit per grant)"),
-			fencelockImpl("postgres/fencelock-noflush", store, testserver.PostgresDSNWith(p.URL(), "fence_flush", "false"), fencelockNotes+"; fence_flush=false"),
-			pgRawImpl(p.URL()))
-		e.Floors = append(e.Floors, pgCommitFloor(p.URL()))
-		e.serve(store, p.Proc)
+		return e.startPostgres(ctx, store)
 	case "zookeeper":
-		z, err := testserver.NewZooKeeper(ctx, 1)
-		if err != nil {
-			return err
-		}
-		e.cleanups = append(e.cleanups, z.Cleanup)
-		e.Servers[store] = zkVersion(ctx, z.Servers()[0])
-		e.Impls = append(e.Impls,
-			fencelockImpl("zookeeper/fencelock", store, z.URL(), fencelockNotes),
-			zkLockImpl(z.Servers()))
-		e.Floors = append(e.Floors, zkExistsFloor(z.Servers()))
-		e.serve(store, z.Nodes[0].Proc)
+		return e.startZooKeeper(ctx, store)
 	case "dynamodb":
-		d, stop, err := testserver.NewDynalite(ctx)
-		if err != nil {
-			return err
-		}
-		e.cleanups = append(e.cleanups, stop)
-		// Opening by the server's URL creates the table both use.
-		c, err := fencelock.Open(ctx, d.URL())
-		if err != nil {
-			return err
-		}
-		_ = c.Close()
-		e.Servers[store] = "dynalite (in memory, node.js)"
-		e.Impls = append(e.Impls,
-			fencelockImpl("dynamodb/fencelock", store, d.URL(), fencelockNotes),
-			dynamoBaselineImpl(d.Endpoint(), testserver.DynaliteTable))
-		e.serve(store, d.Proc)
+		return e.startDynamoDB(ctx, store)
 	default:
 		return fmt.Errorf("unknown store %q (want one of %s)", store, strings.Join(Stores, ", "))
 	}
+}
+
+// startRedis starts one redis-server (defaults).
+func (e *Env) startRedis(ctx context.Context, store string) error {
+	r, stop, err := testserver.NewRedis(ctx)
+	if err != nil {
+		return err
+	}
+	e.cleanups = append(e.cleanups, stop)
+	e.Servers[store] = redisVersion(ctx, r.Addr())
+	e.Impls = append(e.Impls,
+		fencelockImpl("redis/fencelock", store, r.URL(), fencelockNotes+"; its go-redis client speaks RESP2 (the URL default; the peers keep go-redis's RESP3)"),
+		redislockImpl(r.Addr()),
+		redsyncImpl("redis/redsync", store, []string{r.Addr()}))
+	e.Floors = append(e.Floors, pingFloor(r.Addr()))
+	e.serve(store, r.Proc)
+	return nil
+}
+
+// startRedlock starts five redis-servers, for Redlock.
+func (e *Env) startRedlock(ctx context.Context, store string) error {
+	m, stop, err := testserver.NewRedisNodes(ctx, 5, nil)
+	if err != nil {
+		return err
+	}
+	e.cleanups = append(e.cleanups, stop)
+	e.Servers[store] = "5 × " + redisVersion(ctx, m.Addrs()[0])
+	e.Impls = append(e.Impls,
+		fencelockImpl("redlock5/fencelock", store, m.URL(), fencelockNotes+"; its go-redis clients speak RESP2 (the URL default; the peers keep go-redis's RESP3)"),
+		redsyncImpl("redlock5/redsync", store, m.Addrs()))
+	var procs []*testserver.Proc
+	for _, n := range m.Nodes {
+		procs = append(procs, n.Proc)
+	}
+	e.serve(store, procs...)
+	return nil
+}
+
+// startEtcd starts the stock etcd binary with its default timing and fsync.
+func (e *Env) startEtcd(ctx context.Context, store string) error {
+	dir, err := os.MkdirTemp("", "fencelock-peers-etcd-")
+	if err != nil {
+		return err
+	}
+	e.cleanups = append(e.cleanups, func() { _ = os.RemoveAll(dir) })
+	s, err := testserver.NewStockEtcd(ctx, dir)
+	if err != nil {
+		return err
+	}
+	e.cleanups = append(e.cleanups, func() { _ = s.Kill() })
+	e.Servers[store] = etcdVersion(ctx, s.Endpoint) + " (stock binary, default timing, fsync on)"
+	e.Impls = append(e.Impls,
+		fencelockImpl("etcd/fencelock", store, s.URL("peers-fencelock"), fencelockNotes),
+		etcdMutexImpl(s.Endpoint))
+	e.Floors = append(e.Floors, etcdPutFloor(s.Endpoint))
+	e.serve(store, s.Proc)
+	return nil
+}
+
+// startPostgres starts Postgres with fsync and full_page_writes on.
+func (e *Env) startPostgres(ctx context.Context, store string) error {
+	// Later -c settings override NewPostgres's fsync=off and
+	// full_page_writes=off.
+	p, err := testserver.NewPostgres(ctx, "-c", "fsync=on", "-c", "full_page_writes=on", "-c", "synchronous_commit=on")
+	if err != nil {
+		return err
+	}
+	e.cleanups = append(e.cleanups, p.Cleanup)
+	v, err := postgresSettings(ctx, p.URL())
+	if err != nil {
+		return err
+	}
+	e.Servers[store] = v
+	e.Impls = append(e.Impls,
+		fencelockImpl("postgres/fencelock-strict", store, p.URL(), fencelockNotes+"; strict fence (default: one flushed commit per grant)"),
+		fencelockImpl("postgres/fencelock-noflush", store, testserver.PostgresDSNWith(p.URL(), "fence_flush", "false"), fencelockNotes+"; fence_flush=false"),
+		pgRawImpl(p.URL()))
+	e.Floors = append(e.Floors, pgCommitFloor(p.URL()))
+	e.serve(store, p.Proc)
+	return nil
+}
+
+// startZooKeeper starts one ZooKeeper server.
+func (e *Env) startZooKeeper(ctx context.Context, store string) error {
+	z, err := testserver.NewZooKeeper(ctx, 1)
+	if err != nil {
+		return err
+	}
+	e.cleanups = append(e.cleanups, z.Cleanup)
+	e.Servers[store] = zkVersion(ctx, z.Servers()[0])
+	e.Impls = append(e.Impls,
+		fencelockImpl("zookeeper/fencelock", store, z.URL(), fencelockNotes),
+		zkLockImpl(z.Servers()))
+	e.Floors = append(e.Floors, zkExistsFloor(z.Servers()))
+	e.serve(store, z.Nodes[0].Proc)
+	return nil
+}
+
+// startDynamoDB starts dynalite, with the table both implementations use.
+func (e *Env) startDynamoDB(ctx context.Context, store string) error {
+	d, stop, err := testserver.NewDynalite(ctx)
+	if err != nil {
+		return err
+	}
+	e.cleanups = append(e.cleanups, stop)
+	// Opening by the server's URL creates the table both use.
+	c, err := fencelock.Open(ctx, d.URL())
+	if err != nil {
+		return err
+	}
+	_ = c.Close()
+	e.Servers[store] = "dynalite (in memory, node.js)"
+	e.Impls = append(e.Impls,
+		fencelockImpl("dynamodb/fencelock", store, d.URL(), fencelockNotes),
+		dynamoBaselineImpl(d.Endpoint(), testserver.DynaliteTable))
+	e.serve(store, d.Proc)
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"slices"
@@ -18,47 +19,30 @@ import (
 )
 
 func runConformance(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
-	var sf storeFlags
-	sf.register(fs)
-	filter := fs.String("run", "", "run only checks whose name contains this")
-	list := fs.Bool("list", false, "list the checks and exit")
-	failFast := fs.Bool("failfast", false, "stop after the first failing check")
-	probe := fs.Duration("probe-timeout", 10*time.Second, "how long the store may take to answer the first request (Open + TryAcquire + Release) before the run gives up")
-	base := fs.Duration("deadline", conformance.DefaultBaseDeadline, "fixed part of each check's deadline (each check may run this + k×TTL)")
-	format := fs.String("format", "text", "result format on stdout: text (a line per check), json, or junit (JUnit XML, which CI systems render); with json and junit the lines per check go to stderr")
-	if err := parse(fs, args); err != nil {
+	f, err := parseConformanceFlags(args)
+	if err != nil {
 		return err
 	}
-	if !slices.Contains(reportFormats, *format) {
-		fmt.Fprintf(os.Stderr, "fencelock conformance: --format %q: want one of %s\n", *format, strings.Join(reportFormats, ", "))
-		return usageError{errors.New("bad --format")}
-	}
 	out := os.Stdout
-	if *format != "text" {
+	if f.format != "text" {
 		out = os.Stderr
 	}
-	if *list {
+	if f.list {
 		for _, n := range conformance.Checks() {
 			fmt.Println(n)
 		}
 		return nil
 	}
-	if *filter != "" && !slices.ContainsFunc(conformance.Checks(), func(n string) bool { return strings.Contains(n, *filter) }) {
-		fmt.Fprintf(os.Stderr, "fencelock conformance: no check name contains %q ('fencelock conformance --list' lists them)\n", *filter)
-		return usageError{errors.New("no check matches --run")}
+	if err := f.check(); err != nil {
+		return err
 	}
-	if *probe <= 0 || *base <= 0 {
-		fmt.Fprintln(os.Stderr, "fencelock conformance: --probe-timeout and --deadline must be positive")
-		return usageError{errors.New("bad duration")}
-	}
-	rawURL, cleanup, err := sf.open(ctx)
+	rawURL, cleanup, err := f.sf.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
 	shown := fencelock.RedactURL(rawURL)
-	caps, err := probeStore(ctx, rawURL, *probe)
+	caps, err := probeStore(ctx, rawURL, f.probe)
 	backend := caps.Backend
 	if err != nil {
 		msg := strings.TrimPrefix(scrub(err.Error(), rawURL), "fencelock: ")
@@ -70,58 +54,121 @@ func runConformance(ctx context.Context, args []string) error {
 	fmt.Fprintf(out, "conformance suite against %s (%s backend; lock names under a random fencelock-conformance-* prefix per check; %s)\n",
 		shown, backend, whatStays(backend))
 	started := time.Now()
-	var lost error // the store stopped answering mid-run
-	res := conformance.RunWith(ctx, func(ctx context.Context) (conformance.Harness, error) {
-		return conformance.NewURLHarness(ctx, rawURL)
-	}, &conformance.RunOptions{Filter: *filter, Out: out, Progress: 15 * time.Second, FailFast: *failFast, StopOnDeadline: true, BaseDeadline: *base,
-		Continue: func(r conformance.Result) bool {
-			if r.Outcome != "fail" {
-				return true
-			}
-			// A failure may be the store going away: check before going on.
-			if _, err := probeStore(ctx, rawURL, *probe); err != nil {
-				lost = fmt.Errorf("%s stopped answering during %s: %s", shown, r.Check, strings.TrimPrefix(scrub(err.Error(), rawURL), "fencelock: "))
-				return false
-			}
-			return true
-		}})
-	var pass, fail, skip, na, timedOut int
-	for _, r := range res {
-		switch r.Outcome {
-		case "pass":
-			pass++
-		case "fail":
-			fail++
-		case "n/a":
-			na++
-		default:
-			skip++
-		}
-		if r.TimedOut {
-			timedOut++
-		}
-	}
-	fmt.Fprintf(out, "%d passed, %d failed, %d skipped, %d not applicable", pass, fail, skip, na)
-	if n := len(conformance.Checks()) - len(res); n > 0 && *filter == "" {
-		fmt.Fprintf(out, ", %d not run", n)
+	res, lost := runChecks(ctx, f, rawURL, out)
+	n := countOutcomes(res)
+	fmt.Fprintf(out, "%d passed, %d failed, %d skipped, %d not applicable", n.pass, n.fail, n.skip, n.na)
+	if left := len(conformance.Checks()) - len(res); left > 0 && f.filter == "" {
+		fmt.Fprintf(out, ", %d not run", left)
 	}
 	fmt.Fprintln(out)
-	if *format != "text" {
-		if err := writeReport(os.Stdout, *format, shown, caps, started, res); err != nil {
+	if f.format != "text" {
+		if err := writeReport(os.Stdout, f.format, shown, caps, started, res); err != nil {
 			return err
 		}
 	}
 	switch {
 	case lost != nil:
 		return lost
-	case timedOut > 0:
+	case n.timedOut > 0:
 		return fmt.Errorf("a conformance check hit its deadline against %s: the store stopped answering or misbehaves; the run stopped there", shown)
-	case fail > 0:
-		return fmt.Errorf("%d conformance check(s) failed", fail)
+	case n.fail > 0:
+		return fmt.Errorf("%d conformance check(s) failed", n.fail)
 	case ctx.Err() != nil:
 		return ctx.Err()
 	}
 	return nil
+}
+
+// conformanceFlags is the conformance command's command line.
+type conformanceFlags struct {
+	sf             storeFlags
+	filter         string
+	list, failFast bool
+	probe, base    time.Duration
+	format         string
+}
+
+// parseConformanceFlags parses args and checks --format.
+func parseConformanceFlags(args []string) (*conformanceFlags, error) {
+	f := &conformanceFlags{}
+	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
+	f.sf.register(fs)
+	fs.StringVar(&f.filter, "run", "", "run only checks whose name contains this")
+	fs.BoolVar(&f.list, "list", false, "list the checks and exit")
+	fs.BoolVar(&f.failFast, "failfast", false, "stop after the first failing check")
+	fs.DurationVar(&f.probe, "probe-timeout", 10*time.Second, "how long the store may take to answer the first request (Open + TryAcquire + Release) before the run gives up")
+	fs.DurationVar(&f.base, "deadline", conformance.DefaultBaseDeadline, "fixed part of each check's deadline (each check may run this + k×TTL)")
+	fs.StringVar(&f.format, "format", "text", "result format on stdout: text (a line per check), json, or junit (JUnit XML, which CI systems render); with json and junit the lines per check go to stderr")
+	if err := parse(fs, args); err != nil {
+		return nil, err
+	}
+	if !slices.Contains(reportFormats, f.format) {
+		fmt.Fprintf(os.Stderr, "fencelock conformance: --format %q: want one of %s\n", f.format, strings.Join(reportFormats, ", "))
+		return nil, usageError{errors.New("bad --format")}
+	}
+	return f, nil
+}
+
+// check checks the flags a run needs (--list needs none): --run must
+// match a check, the durations must be positive.
+func (f *conformanceFlags) check() error {
+	if f.filter != "" && !slices.ContainsFunc(conformance.Checks(), func(n string) bool { return strings.Contains(n, f.filter) }) {
+		fmt.Fprintf(os.Stderr, "fencelock conformance: no check name contains %q ('fencelock conformance --list' lists them)\n", f.filter)
+		return usageError{errors.New("no check matches --run")}
+	}
+	if f.probe <= 0 || f.base <= 0 {
+		fmt.Fprintln(os.Stderr, "fencelock conformance: --probe-timeout and --deadline must be positive")
+		return usageError{errors.New("bad duration")}
+	}
+	return nil
+}
+
+// runChecks runs the suite against rawURL, a line per check to out. lost
+// is set if the store stopped answering mid-run (a failed check is
+// followed by a probe): the run stops there.
+func runChecks(ctx context.Context, f *conformanceFlags, rawURL string, out io.Writer) (res []conformance.Result, lost error) {
+	shown := fencelock.RedactURL(rawURL)
+	res = conformance.RunWith(ctx, func(ctx context.Context) (conformance.Harness, error) {
+		return conformance.NewURLHarness(ctx, rawURL)
+	}, &conformance.RunOptions{Filter: f.filter, Out: out, Progress: 15 * time.Second, FailFast: f.failFast, StopOnDeadline: true, BaseDeadline: f.base,
+		Continue: func(r conformance.Result) bool {
+			if r.Outcome != "fail" {
+				return true
+			}
+			// A failure may be the store going away: check before going on.
+			if _, err := probeStore(ctx, rawURL, f.probe); err != nil {
+				lost = fmt.Errorf("%s stopped answering during %s: %s", shown, r.Check, strings.TrimPrefix(scrub(err.Error(), rawURL), "fencelock: "))
+				return false
+			}
+			return true
+		}})
+	return res, lost
+}
+
+// outcomes counts a run's results by outcome.
+type outcomes struct {
+	pass, fail, skip, na int
+	timedOut             int // of any outcome: hit the check's deadline
+}
+
+func countOutcomes(res []conformance.Result) outcomes {
+	var n outcomes
+	for _, r := range res {
+		switch r.Outcome {
+		case "pass":
+			n.pass++
+		case "fail":
+			n.fail++
+		case "n/a":
+			n.na++
+		default:
+			n.skip++
+		}
+		if r.TimedOut {
+			n.timedOut++
+		}
+	}
+	return n
 }
 
 // probeStore opens the store and takes and releases a throwaway lock,

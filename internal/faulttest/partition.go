@@ -53,13 +53,7 @@ func ClientPartitioned(t *testing.T, p Partition) {
 	rec := faultrec.Begin(t, faultrec.Result{Backend: p.Backend, Scenario: faultrec.ClientPartitioned})
 	rec.File, rec.Line = faultrec.Caller(1) // the backend's test, not this scenario
 	ctx := t.Context()
-	hold, wait := p.Hold, p.Wait
-	if hold == nil {
-		hold = &fencelock.AcquireOptions{TTL: p.TTL}
-	}
-	if wait == nil {
-		wait = &fencelock.AcquireOptions{TTL: 30 * time.Second, Wait: 30 * time.Second}
-	}
+	hold, wait := p.options()
 	l, err := p.Cut.TryAcquire(ctx, p.Name, hold)
 	if err != nil {
 		t.Fatal(err)
@@ -71,11 +65,6 @@ func ClientPartitioned(t *testing.T, p Partition) {
 	v, err := res.Claim(ctx, uint64(l.Fence()))
 	if err != nil {
 		t.Fatal(err)
-	}
-	type grant struct {
-		l   *fencelock.Lease
-		err error
-		at  time.Time
 	}
 	got := make(chan grant, 1)
 	go func() {
@@ -94,6 +83,44 @@ func ClientPartitioned(t *testing.T, p Partition) {
 		}
 	}()
 	paused := time.Now()
+	lostAt := p.awaitLoss(t, l, paused)
+	rec.Outcome = faultrec.Lost
+	g := p.awaitGrant(t, got, paused)
+	defer g.l.Release(ctx)
+	rec.WaitGranted, rec.WaitFrom = g.at.Sub(paused), "partition"
+	checkFenced(t, rec, &res, l, g, v)
+	rec.Note = fmt.Sprintf(p.Story, p.TTL, lostAt.Sub(paused).Round(time.Millisecond), g.at.Sub(paused).Round(time.Millisecond))
+
+	p.Resume()
+	resumed = true
+	p.checkHealed(t, l, g)
+	t.Logf("%s", rec.Note)
+}
+
+// options are the holder's and the waiter's AcquireOptions, defaults
+// filled in (see Partition.Hold).
+func (p *Partition) options() (hold, wait *fencelock.AcquireOptions) {
+	hold, wait = p.Hold, p.Wait
+	if hold == nil {
+		hold = &fencelock.AcquireOptions{TTL: p.TTL}
+	}
+	if wait == nil {
+		wait = &fencelock.AcquireOptions{TTL: 30 * time.Second, Wait: 30 * time.Second}
+	}
+	return hold, wait
+}
+
+// grant is the waiter's Acquire: its lease or error, and when it returned.
+type grant struct {
+	l   *fencelock.Lease
+	err error
+	at  time.Time
+}
+
+// awaitLoss waits, up to LostWithin after the cut (at paused), for the
+// holder's lease l to end with ErrLeaseLost, and returns when it ended.
+func (p *Partition) awaitLoss(t *testing.T, l *fencelock.Lease, paused time.Time) time.Time {
+	t.Helper()
 	select {
 	case <-l.Done():
 	case <-time.After(p.LostWithin):
@@ -103,7 +130,13 @@ func ClientPartitioned(t *testing.T, p Partition) {
 	if !errors.Is(l.Err(), fencelock.ErrLeaseLost) {
 		t.Fatalf("partitioned lease Err = %v, want ErrLeaseLost", l.Err())
 	}
-	rec.Outcome = faultrec.Lost
+	return lostAt
+}
+
+// awaitGrant waits, up to GrantWithin after the cut (at paused), for the
+// waiter's grant.
+func (p *Partition) awaitGrant(t *testing.T, got <-chan grant, paused time.Time) grant {
+	t.Helper()
 	var g grant
 	select {
 	case g = <-got:
@@ -113,9 +146,17 @@ func ClientPartitioned(t *testing.T, p Partition) {
 	if g.err != nil {
 		t.Fatalf("waiter: %v", g.err)
 	}
-	defer g.l.Release(ctx)
+	return g
+}
+
+// checkFenced checks the waiter's grant g against the partitioned
+// holder's lease l: granted after l's ValidUntil, with a higher fence, and
+// the holder's write (claimed at v) is refused by the resource res once
+// the waiter wrote. It records the fence and overlap in rec.
+func checkFenced(t *testing.T, rec *faultrec.Result, res *guard.Counter, l *fencelock.Lease, g grant, v int64) {
+	t.Helper()
+	ctx := t.Context()
 	vu := l.ValidUntil()
-	rec.WaitGranted, rec.WaitFrom = g.at.Sub(paused), "partition"
 	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(g.l.Fence()))
 	rec.SecondHolder = faultrec.OverlapOf(!g.at.After(vu))
 	if !g.at.After(vu) {
@@ -135,10 +176,13 @@ func ClientPartitioned(t *testing.T, p Partition) {
 		rec.SecondHolder = faultrec.OverlapFound
 		t.Fatalf("stale holder's write: %v, want guard.ErrStale", err)
 	}
-	rec.Note = fmt.Sprintf(p.Story, p.TTL, lostAt.Sub(paused).Round(time.Millisecond), g.at.Sub(paused).Round(time.Millisecond))
+}
 
-	p.Resume()
-	resumed = true
+// checkHealed checks, after the heal, that the stale holder's Release is
+// ErrLeaseLost and leaves the waiter's lease (g) held.
+func (p *Partition) checkHealed(t *testing.T, l *fencelock.Lease, g grant) {
+	t.Helper()
+	ctx := t.Context()
 	if err := l.Release(ctx); !errors.Is(err, fencelock.ErrLeaseLost) {
 		t.Fatalf("stale Release after the partition healed: %v, want ErrLeaseLost", err)
 	}
@@ -151,5 +195,4 @@ func ClientPartitioned(t *testing.T, p Partition) {
 	if g.l.Err() != nil {
 		t.Fatalf("new holder's lease ended: %v", g.l.Err())
 	}
-	t.Logf("%s", rec.Note)
 }
