@@ -131,20 +131,24 @@ type Config struct {
 const DefaultConnTimeout = 5 * time.Second
 
 // New returns a Client that takes its locks in the PostgreSQL database of
-// pool. opts may be nil. New panics if pool is nil.
+// pool. cfg and opts may be nil (nil cfg: the defaults Config documents).
+// New does no I/O; a nil pool or a negative Config field is an error
+// matching fencelock.ErrInvalid.
 //
 // The Client does not own pool: Client.Close ends the Client's leases and
 // goroutines, but leaves pool open for the caller to close after it.
-func New(pool *pgxpool.Pool, opts *fencelock.Options) *fencelock.Client {
-	return NewWithConfig(pool, nil, opts)
-}
-
-// NewWithConfig is New with backend settings; cfg may be nil.
-func NewWithConfig(pool *pgxpool.Pool, cfg *Config, opts *fencelock.Options) *fencelock.Client {
-	if pool == nil {
-		panic("fencelock/backends/pgadvisory: New with a nil pgxpool.Pool")
+func New(pool *pgxpool.Pool, cfg *Config, opts *fencelock.Options) (*fencelock.Client, error) {
+	var err error
+	switch {
+	case pool == nil:
+		err = fmt.Errorf("%w: pgadvisory.New with a nil pgxpool.Pool", fencelock.ErrInvalid)
+	case cfg != nil && (cfg.ConnTimeout < 0 || cfg.MaxWaitConns < 0):
+		err = fmt.Errorf("%w: pgadvisory.New: negative Config.ConnTimeout or Config.MaxWaitConns", fencelock.ErrInvalid)
 	}
-	return fencelock.New(newBackend(pool, false, cfg), opts)
+	if err != nil {
+		return nil, &fencelock.Error{Op: "open", Backend: "pgadvisory", Err: err}
+	}
+	return fencelock.New(newBackend(pool, false, cfg), opts), nil
 }
 
 // backend is the driver. It implements driver.Backend, driver.Blocker and

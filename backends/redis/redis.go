@@ -178,9 +178,16 @@ var capabilities = driver.Capabilities{
 	},
 }
 
+// Config configures the redis backend beyond fencelock.Options. It has no
+// settings yet (key layout and timeouts are the go-redis client's and
+// fencelock.Options'); nil is the default. It keeps New in the shape every
+// backend's New has.
+type Config struct{}
+
 // New returns a Client that keeps its locks in Redis through client: a
 // *goredis.Client for one server, a *goredis.ClusterClient for Redis Cluster
-// (or a failover client). opts may be nil. New panics if client is nil.
+// (or a failover client). cfg and opts may be nil. New does no I/O; a nil
+// client is an error matching fencelock.ErrInvalid.
 //
 // The Client does not own client: Client.Close stops the Client's own
 // pub/sub subscription and goroutines but leaves client open for the caller
@@ -188,11 +195,11 @@ var capabilities = driver.Capabilities{
 // without it go-redis bounds a call by its ReadTimeout (3s by default), not
 // by the caller's ctx, so a cancelled Acquire or a renewal past the lease's
 // validity deadline waits for that timeout before it returns.
-func New(client goredis.UniversalClient, opts *fencelock.Options) *fencelock.Client {
+func New(client goredis.UniversalClient, cfg *Config, opts *fencelock.Options) (*fencelock.Client, error) {
 	if client == nil {
-		panic("fencelock/backends/redis: New with a nil go-redis client")
+		return nil, &fencelock.Error{Op: "open", Backend: capabilities.Backend, Err: fmt.Errorf("%w: redis.New with a nil go-redis client", fencelock.ErrInvalid)}
 	}
-	return fencelock.New(newBackend(client, false), opts)
+	return fencelock.New(newBackend(client, false), opts), nil
 }
 
 // backend is the Redis driver. It implements driver.Backend,

@@ -226,27 +226,32 @@ var capabilities = driver.Capabilities{
 
 var errClosed = fmt.Errorf("redlock: %w", driver.ErrClosed)
 
+// Config configures the redlock backend beyond fencelock.Options. It has no
+// settings yet (the drift allowance is DriftFactor and DriftMin); nil is the
+// default. It keeps New in the shape every backend's New has.
+type Config struct{}
+
 // New returns a Client that keeps its locks on the independent Redis
 // primaries reached by clients, one *goredis.Client per primary (not
-// replicas of each other, not a Redis Cluster). opts may be nil. New
-// panics if clients holds a nil client or fewer than 3, or an even number:
-// a majority of an odd number of primaries tolerates the most failures.
+// replicas of each other, not a Redis Cluster). cfg and opts may be nil.
+// New does no I/O. It returns an error matching fencelock.ErrInvalid if
+// clients holds a nil client, fewer than 3, or an even number: a majority
+// of an odd number of primaries tolerates the most failures.
 //
 // The Client does not own the go-redis clients: Client.Close stops its own
 // pub/sub subscriptions and goroutines but leaves them open for the caller
 // to close after it. Set ContextTimeoutEnabled in their options (see the
 // package doc's # Timeouts), and ClientName if the conformance suite's
 // KillSessions hook should find their connections.
-func New(clients []*goredis.Client, opts *fencelock.Options) *fencelock.Client {
-	if err := checkCount(len(clients)); err != nil {
-		panic("fencelock/backends/redlock: New: " + err.Error())
+func New(clients []*goredis.Client, cfg *Config, opts *fencelock.Options) (*fencelock.Client, error) {
+	err := checkCount(len(clients))
+	if err == nil && slices.Contains(clients, nil) {
+		err = fmt.Errorf("%w: redlock.New with a nil go-redis client", driver.ErrInvalid)
 	}
-	for _, c := range clients {
-		if c == nil {
-			panic("fencelock/backends/redlock: New with a nil go-redis client")
-		}
+	if err != nil {
+		return nil, &fencelock.Error{Op: "open", Backend: capabilities.Backend, Err: err}
 	}
-	return fencelock.New(newBackend(clients, false), opts)
+	return fencelock.New(newBackend(clients, false), opts), nil
 }
 
 func checkCount(n int) error {
