@@ -96,10 +96,10 @@ type Config struct {
 	MixedFleet bool
 }
 
-// MinTTL is the shortest lease TTL the backend accepts. Expiry is decided
+// minTTL is the shortest lease TTL the backend accepts. Expiry is decided
 // by the waiters' own observation, so the lease must span several round
 // trips and polls.
-const MinTTL = 100 * time.Millisecond
+const minTTL = 100 * time.Millisecond
 
 // cleanupTimeout bounds the write TryAcquire makes, on a detached context,
 // to release what an attempt of unknown outcome may have taken.
@@ -162,7 +162,7 @@ func newBackend(api API, cfg Config, closeFn func()) *backend {
 		Backend:        "dynamodb",
 		Fence:          driver.FenceStrict,
 		FenceSource:    "numeric attribute fence of the lock item, incremented (if_not_exists(fence, client clock µs) + 1) in the conditional UpdateItem that grants; the item is never deleted by fencelock",
-		MinTTL:         MinTTL,
+		MinTTL:         minTTL,
 		TTLGranularity: time.Millisecond,
 		TimeAuthority:  driver.TimeClient,
 		Wait:           driver.WaitPoll,

@@ -84,11 +84,11 @@ import (
 	"github.com/fencelock/fencelock/driver"
 )
 
-// MinTTL is the shortest lease TTL accepted. PostgreSQL keeps the idle
+// minTTL is the shortest lease TTL accepted. PostgreSQL keeps the idle
 // timeout in milliseconds and fires it from a timer, exactly enough; but a
 // lease renews at TTL/3 with a round trip on its connection and ends locally
 // 2 ms + 1% before its TTL, so below 10 ms one scheduling hiccup costs it.
-const MinTTL = 10 * time.Millisecond
+const minTTL = 10 * time.Millisecond
 
 // MaxTTL is the longest lease TTL accepted: the largest
 // idle_in_transaction_session_timeout, 2³¹−1 ms (about 24.8 days).
@@ -191,7 +191,7 @@ func newBackend(pool *pgxpool.Pool, owns bool, cfg *Config) *backend {
 		Backend:        "pgadvisory",
 		Fence:          driver.FenceStrict,
 		FenceSource:    "pg_current_xact_id() of a transaction committed durably (a WAL message, flushed) while the session held the lock, just before the lease's transaction began",
-		MinTTL:         MinTTL,
+		MinTTL:         minTTL,
 		TTLGranularity: time.Millisecond,
 		TimeAuthority:  driver.TimeServer,
 		Wait:           driver.WaitQueue,

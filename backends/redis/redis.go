@@ -31,7 +31,7 @@ package redis
 //   - Extend (renewal): PEXPIRE K only if it holds our token, else
 //     ErrLeaseLost.
 //
-// TTLs are rounded up to whole milliseconds; the minimum is MinTTL. Expiry
+// TTLs are rounded up to whole milliseconds; the minimum is minTTL. Expiry
 // is decided by the server's clock (Capabilities.TimeAuthority).
 //
 // Fences (internals; the package doc in doc.go has what users need).
@@ -134,13 +134,13 @@ func withGrant(script string) string {
 	return strings.Replace(script, mark, grantLua, 1)
 }
 
-// MinTTL is the shortest lease TTL the backend accepts. Redis itself keeps
+// minTTL is the shortest lease TTL the backend accepts. Redis itself keeps
 // millisecond expiries exactly (an expired key is gone to every command that
 // touches it), but the portable lease ends locally 2 ms + 1% before its TTL
 // and renews at TTL/3, so below 10 ms one scheduling hiccup or network round
 // trip under load costs the lease. 10 ms is the floor where the local
 // validity window (about 7.9 ms) still spans several loopback round trips.
-const MinTTL = 10 * time.Millisecond
+const minTTL = 10 * time.Millisecond
 
 // cleanupTimeout bounds the abandon script TryAcquire runs, on a detached
 // context, when it cannot tell whether its acquire script ran. It is also
@@ -157,7 +157,7 @@ var capabilities = driver.Capabilities{
 	Backend:        "redis",
 	Fence:          driver.FenceTimeFloored,
 	FenceSource:    "max(stored + 1, server TIME in µs), in the same Lua script as SET NX PX; key {<lock key>}:fence, no TTL, never deleted",
-	MinTTL:         MinTTL,
+	MinTTL:         minTTL,
 	TTLGranularity: time.Millisecond,
 	TimeAuthority:  driver.TimeServer,
 	Wait:           driver.WaitQueue, // waiters queue on the server; a release hands over (see doc.go)

@@ -165,11 +165,11 @@ var (
 	raiseScript     = goredis.NewScript(raiseLua)
 )
 
-// MinTTL is the shortest lease TTL the backend accepts. An acquire needs a
+// minTTL is the shortest lease TTL the backend accepts. An acquire needs a
 // majority of primaries to answer within the TTL's validity (TTL − 1% −
 // 2ms), in one or two parallel round trips; below 20ms a loaded machine
 // misses that window often enough to make locks flap.
-const MinTTL = 20 * time.Millisecond
+const minTTL = 20 * time.Millisecond
 
 // DriftFactor is the share of the TTL, plus DriftMin, that an acquire or
 // renewal must leave unused: a majority that answers later than TTL −
@@ -206,7 +206,7 @@ var capabilities = driver.Capabilities{
 	Backend:        "redlock",
 	Fence:          driver.FenceTimeFloored,
 	FenceSource:    "quorum counter: the majority-th smallest of the granting primaries' counters (each max(stored+1, server TIME in µs, truncated to the ms while a counter is stored), bumped in the script that SETs NX PX), stored on a majority before the lease is returned; key <lock key>\\xff:fence on each primary, never deleted",
-	MinTTL:         MinTTL,
+	MinTTL:         minTTL,
 	TTLGranularity: time.Millisecond,
 	TimeAuthority:  driver.TimeServer,
 	Wait:           driver.WaitNotify,
