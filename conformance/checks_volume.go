@@ -43,7 +43,7 @@ func testHighVolume(t TB, e *env) {
 	var refused, grants, doubles, waitsElapsed atomic.Int64
 	var errs errList
 	var fenceMu sync.Mutex
-	var lastFence uint64
+	var lastFence fencelock.Fence
 	enough := func() bool { return refused.Load() >= volumeRefused && grants.Load() >= volumeGrants }
 	// section runs one critical section of l and releases it.
 	section := func(l *fencelock.Lease) {
@@ -53,7 +53,7 @@ func testHighVolume(t TB, e *env) {
 			errs.addf("fence %d granted while another holder was inside", l.Fence())
 		} else {
 			fenceMu.Lock()
-			if f := uint64(l.Fence()); f <= lastFence {
+			if f := l.Fence(); f <= lastFence {
 				errs.addf("fence %d granted after fence %d", f, lastFence)
 			} else {
 				lastFence = f

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/fencelock/fencelock"
 )
 
 // Violation is one way a torture history broke the contract.
@@ -116,7 +118,7 @@ func checkOverlap(m TortureMeta, ops []Op, faults []Fault) []Violation {
 func checkFences(ops []Op) []Violation {
 	var vs []Violation
 	for name, gs := range grantsByName(ops) {
-		seen := map[uint64]Op{}
+		seen := map[fencelock.Fence]Op{}
 		var last *Op
 		for i := range gs {
 			g := gs[i]

@@ -117,11 +117,11 @@ func (b *backend) As(target any) bool {
 type lease struct {
 	s           *Store
 	name, token string
-	fence       uint64
+	fence       driver.Fence
 	lost        context.Context // cancelled when the store drops the lock
 }
 
-func (l *lease) Fence() uint64 { return l.fence }
+func (l *lease) Fence() driver.Fence { return l.fence }
 
 func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {

@@ -631,7 +631,7 @@ func (b *backend) grant(pc *pgxpool.Conn, req driver.AcquireRequest, key int64, 
 		discard(pc)
 		return nil, fmt.Errorf("pgadvisory: pg_current_xact_id() returned %q, not a positive int64", fv)
 	}
-	l := newLease(b, pc, req.Name, key, uint64(fence), ms, sent)
+	l := newLease(b, pc, req.Name, key, driver.Fence(fence), ms, sent)
 	b.watch.add(l)
 	return l, nil
 }

@@ -258,12 +258,12 @@ func (b *backend) attempt(ctx context.Context, k keys, req driver.AcquireRequest
 	if res[0] <= 0 {
 		return nil, notAcquired(time.Duration(res[1]) * time.Millisecond)
 	}
-	return b.newLease(k, req, uint64(res[0]), sent), nil
+	return b.newLease(k, req, driver.Fence(res[0]), sent), nil
 }
 
 // newLease records a grant of req under fence whose TTL started no earlier
 // than sent.
-func (b *backend) newLease(k keys, req driver.AcquireRequest, fence uint64, sent time.Time) *lease {
+func (b *backend) newLease(k keys, req driver.AcquireRequest, fence driver.Fence, sent time.Time) *lease {
 	l := &lease{b: b, k: k, token: req.Token, fence: fence}
 	l.until.Store(sent.Add(req.TTL).UnixNano())
 	b.live.add(l)
@@ -366,7 +366,7 @@ type lease struct {
 	b     *backend
 	k     keys
 	token string
-	fence uint64
+	fence driver.Fence
 	until atomic.Int64 // UnixNano after which the store has surely dropped it unrenewed
 }
 
@@ -374,7 +374,7 @@ type lease struct {
 // the live set; a renewal moves it).
 func (l *lease) expired() bool { return time.Now().UnixNano() > l.until.Load() }
 
-func (l *lease) Fence() uint64 { return l.fence }
+func (l *lease) Fence() driver.Fence { return l.fence }
 
 // Extend resets the key's expiry to ttl, only while it holds our token.
 func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {

@@ -39,7 +39,7 @@ func TestKeyLayout(t *testing.T) {
 	}
 	stored := 0
 	for _, f := range counters(t, ctx, m, n) {
-		if f >= uint64(l.Fence()) {
+		if f >= l.Fence() {
 			stored++
 		}
 	}

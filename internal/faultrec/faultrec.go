@@ -21,6 +21,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // OutEnv names the environment variable that holds the file records are
@@ -65,7 +67,7 @@ const (
 
 // FenceOf compares the fence of a grant after the fault with the last one
 // before it.
-func FenceOf(before, after uint64) Fence {
+func FenceOf(before, after driver.Fence) Fence {
 	if after > before {
 		return FenceIncreased
 	}
