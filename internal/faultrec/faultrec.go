@@ -42,8 +42,10 @@ const (
 	ClockJump         Scenario = "clock-jump"         // a wall clock stepped
 )
 
-// Scenarios lists the scenarios in table order.
-var Scenarios = []Scenario{HolderCrashed, HolderPaused, ServerRestarted, PrimaryLost, ClientPartitioned, ClockJump}
+// Scenarios lists the scenarios in table order (a new slice each call).
+func Scenarios() []Scenario {
+	return []Scenario{HolderCrashed, HolderPaused, ServerRestarted, PrimaryLost, ClientPartitioned, ClockJump}
+}
 
 // Outcome is what became of the lease held when the fault hit.
 type Outcome string
