@@ -28,11 +28,11 @@ func Example() {
 	defer l.Release(ctx)
 
 	var report guard.Counter // the protected resource checks the fence
-	v, err := report.Claim(l.Context(), uint64(l.Fence()))
+	v, err := report.Claim(l.Context(), l.Fence())
 	if err != nil {
 		panic(err) // guard.ErrStale: a newer holder exists; stop
 	}
-	if err := report.WriteClaimed(l.Context(), uint64(l.Fence()), v+1); err != nil {
+	if err := report.WriteClaimed(l.Context(), l.Fence(), v+1); err != nil {
 		panic(err)
 	}
 	fmt.Println("fence", l.Fence(), "wrote", v+1)

@@ -62,7 +62,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 	if err != nil {
 		return LockInfo{}, c.wrap(op, name, c.cancelErr(ctx, err))
 	}
-	info := LockInfo{Name: name, Held: di.Held, Label: di.Label, Fence: Fence(di.Fence), Remaining: di.Remaining, Waiters: di.Waiters, At: time.Now()}
+	info := LockInfo{Name: name, Held: di.Held, Label: di.Label, Fence: di.Fence, Remaining: di.Remaining, Waiters: di.Waiters, At: time.Now()}
 	if !c.caps.Inspect.Waiters {
 		info.Waiters = -1
 	}

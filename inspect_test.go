@@ -28,7 +28,7 @@ func (c capsOf) Inspect(ctx context.Context, name string) (driver.LockInfo, erro
 // lock reads as free with no holder fields.
 func TestInspectAndLabels(t *testing.T) {
 	ctx := t.Context()
-	c := memory.New(nil, &fencelock.Options{Prefix: "p/"})
+	c := memClient(t, nil, &fencelock.Options{Prefix: "p/"})
 	defer c.Close()
 	l, err := c.TryAcquire(ctx, "job", nil)
 	if err != nil {
@@ -114,7 +114,7 @@ func TestAbandon(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	s := memory.NewStore()
-	c := memory.New(s, nil)
+	c := memClient(t, s, nil)
 	defer c.Close()
 	const ttl = 300 * time.Millisecond
 	l, err := c.TryAcquire(ctx, "x", &fencelock.AcquireOptions{TTL: ttl})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -16,12 +15,10 @@ import (
 // a backend's promise is). Send it with every write to the protected
 // resource, which must refuse a write carrying a fence lower than one it has
 // seen (package guard does that). 0 means "no fence". Fences fit in an int64.
-type Fence uint64
-
-// Int64 returns the fence as an int64, for SQL bigint and JSON numbers.
-func (f Fence) Int64() int64 { return int64(f) }
-
-func (f Fence) String() string { return strconv.FormatUint(uint64(f), 10) }
+//
+// It is driver.Fence, the type package driver and package guard use, so a
+// fence passes between them with no conversion.
+type Fence = driver.Fence
 
 // Lease is a held lock. Its methods are safe for concurrent use.
 //
@@ -63,7 +60,7 @@ type Lease struct {
 }
 
 func newLease(ctx context.Context, c *Client, name string, o resolved, dl driver.Lease, sent time.Time) *Lease {
-	l := &Lease{c: c, name: name, dl: dl, fence: Fence(dl.Fence()), autoRenew: o.autoRenew, ttl: o.ttl, sent: sent, op: make(chan struct{}, 1), endDone: make(chan struct{}), label: o.label}
+	l := &Lease{c: c, name: name, dl: dl, fence: dl.Fence(), autoRenew: o.autoRenew, ttl: o.ttl, sent: sent, op: make(chan struct{}, 1), endDone: make(chan struct{}), label: o.label}
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	held := l.held(o.ttl)
 	l.validUntil = sent.Add(held - c.drift(held))
@@ -255,7 +252,7 @@ func (l *Lease) renew() {
 		return // renewed, or superseded by Release/Close
 	}
 	l.c.m.add(l.c.m.renewFailures)
-	l.c.log.Warn("fencelock: renewal failed; retrying until the validity deadline", "name", l.name, "fence", uint64(l.fence), "err", err)
+	l.c.log.Warn("fencelock: renewal failed; retrying until the validity deadline", "name", l.name, "fence", l.fence, "err", err)
 	retry := l.held(ttl) / 10
 	if retry < 5*time.Millisecond {
 		retry = 5 * time.Millisecond
@@ -526,7 +523,7 @@ func (l *Lease) end(cause error) {
 	l.c.m.held(l.sent)
 	if errors.Is(cause, ErrLeaseLost) && !errors.Is(cause, ErrClosed) {
 		l.c.m.add(l.c.m.lost)
-		l.c.log.Warn("fencelock: lease lost", "name", l.name, "fence", uint64(l.fence), "err", cause)
+		l.c.log.Warn("fencelock: lease lost", "name", l.name, "fence", l.fence, "err", cause)
 	}
 	l.cancel(cause)
 	close(l.endDone)

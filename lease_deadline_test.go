@@ -18,7 +18,7 @@ import (
 func TestExtendShorterTTLMovesDeadlineEarlier(t *testing.T) {
 	ctx := context.Background()
 	s := memory.NewStore()
-	a, b := memory.New(s, nil), memory.New(s, nil)
+	a, b := memClient(t, s, nil), memClient(t, s, nil)
 	defer a.Close()
 	defer b.Close()
 	l, err := a.TryAcquire(ctx, "x", &fencelock.AcquireOptions{TTL: 5 * time.Second, AutoRenew: fencelock.Bool(false)})
@@ -146,7 +146,7 @@ func TestExtendAndReleaseHonourCtxWhileStoreOpInFlight(t *testing.T) {
 	s := memory.NewStore()
 	g := &gated{Backend: memory.NewDriver(s), gate: make(chan struct{}), entered: make(chan struct{})}
 	a := fencelock.New(g, nil)
-	b := memory.New(s, nil)
+	b := memClient(t, s, nil)
 	defer a.Close()
 	defer b.Close()
 	l, err := a.TryAcquire(ctx, "x", &fencelock.AcquireOptions{TTL: 30 * time.Second, AutoRenew: fencelock.Bool(false)})

@@ -87,7 +87,7 @@ func TestNoRenewalAfterRelease(t *testing.T) {
 
 func TestLeaseEndsOnceUnderConcurrency(t *testing.T) {
 	ctx := context.Background()
-	c := memory.New(nil, nil)
+	c := memClient(t, nil, nil)
 	defer c.Close()
 	l, err := c.TryAcquire(ctx, "x", &fencelock.AcquireOptions{TTL: 20 * time.Millisecond})
 	if err != nil {
@@ -111,7 +111,7 @@ func TestLeaseEndsOnceUnderConcurrency(t *testing.T) {
 // deadline ends it returns nil or ErrLeaseLost, never an error without a
 // cause (it once read the cause before the ending lease had set it).
 func TestReleaseRacingExpiry(t *testing.T) {
-	c := memory.New(memory.NewStore(), nil)
+	c := memClient(t, memory.NewStore(), nil)
 	defer c.Close()
 	ctx := t.Context()
 	for i := range 3000 {
@@ -125,4 +125,14 @@ func TestReleaseRacingExpiry(t *testing.T) {
 			t.Fatalf("round %d: Release racing the deadline: %q, want nil or ErrLeaseLost", i, err)
 		}
 	}
+}
+
+// memClient returns a mem:// Client on s (a new Store if nil).
+func memClient(tb testing.TB, s *memory.Store, opts *fencelock.Options) *fencelock.Client {
+	tb.Helper()
+	c, err := memory.New(s, nil, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
 }

@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/backends/memory"
 )
 
 func TestMetrics(t *testing.T) {
@@ -17,7 +16,7 @@ func TestMetrics(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(ctx)
-	c := memory.New(nil, &fencelock.Options{MeterProvider: mp})
+	c := memClient(t, nil, &fencelock.Options{MeterProvider: mp})
 	defer c.Close()
 
 	l, err := c.TryAcquire(ctx, "m", nil)

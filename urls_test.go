@@ -105,7 +105,7 @@ func TestSchemesRegistered(t *testing.T) {
 }
 
 func TestNilContextIsInvalid(t *testing.T) {
-	c := memory.New(nil, nil)
+	c := memClient(t, nil, nil)
 	defer c.Close()
 	//lint:ignore SA1012 testing the nil-context error
 	_, err := c.TryAcquire(nil, "x", nil) //nolint:staticcheck

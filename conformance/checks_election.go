@@ -191,7 +191,7 @@ func testElectionFrozen(t TB, e *env) {
 	var res guard.Counter
 	a, err := frozen.Campaign(e.ctx, "frozen")
 	mustNil(t, err, "Campaign")
-	va, err := res.Claim(e.ctx, uint64(a.Fence()))
+	va, err := res.Claim(e.ctx, a.Fence())
 	mustNil(t, err, "the frozen leader's Claim")
 	e.waiting("a new leader after the frozen leader's TTL")
 	b, err := healthy.Campaign(e.ctx, "healthy")
@@ -202,14 +202,14 @@ func testElectionFrozen(t TB, e *env) {
 		t.Fatalf("new leader elected %v before the frozen leader's ValidUntil", vu.Sub(elected))
 	}
 	e.checkFence(t, a.Fence(), b.Fence(), "term after the frozen leader's")
-	vb, err := res.Claim(e.ctx, uint64(b.Fence()))
+	vb, err := res.Claim(e.ctx, b.Fence())
 	mustNil(t, err, "the new leader's Claim")
-	mustNil(t, res.WriteClaimed(e.ctx, uint64(b.Fence()), vb+1), "the new leader's write")
+	mustNil(t, res.WriteClaimed(e.ctx, b.Fence(), vb+1), "the new leader's write")
 	if !waitDone(a.Lease(), e.margin) {
 		t.Fatalf("the frozen leader's term has not ended %v after a new leader was elected", e.margin)
 	}
 	mustIs(t, a.Err(), fencelock.ErrLeaseLost, "the frozen leader's Err")
-	if err := res.WriteClaimed(e.ctx, uint64(a.Fence()), va+1); !errors.Is(err, guard.ErrStale) {
+	if err := res.WriteClaimed(e.ctx, a.Fence(), va+1); !errors.Is(err, guard.ErrStale) {
 		t.Fatalf("the frozen leader's write with term %d: %v, want guard.ErrStale", a.Fence(), err)
 	}
 	if e.caps.Inspect.Supported && e.caps.Inspect.Label {

@@ -9,7 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/election"
 	"github.com/fencelock/fencelock/guard"
 )
@@ -29,7 +28,7 @@ func testElectionProcessFreeze(t TB, e *env) {
 	child := startChild(t, e, freezeSpec{Name: name, Election: true})
 	next := func(want string) []string { return child.next(t, want) }
 	f := next("ACQUIRED")
-	oldTerm, _ := strconv.ParseUint(f[1], 10, 64)
+	oldTerm := parseFence(f[1])
 	vuNanos, _ := strconv.ParseInt(f[2], 10, 64)
 	oldValidUntil := time.Unix(0, vuNanos)
 	var res guard.Counter
@@ -50,10 +49,10 @@ func testElectionProcessFreeze(t TB, e *env) {
 	if elected.Before(oldValidUntil.Add(-e.caps.BreakOverlap)) {
 		t.Fatalf("new leader elected %v before the frozen leader's ValidUntil", oldValidUntil.Sub(elected))
 	}
-	e.checkFence(t, fencelock.Fence(oldTerm), b.Fence(), "term after the frozen leader's")
-	vb, err := res.Claim(e.ctx, uint64(b.Fence()))
+	e.checkFence(t, oldTerm, b.Fence(), "term after the frozen leader's")
+	vb, err := res.Claim(e.ctx, b.Fence())
 	mustNil(t, err, "the new leader's claim")
-	mustNil(t, res.WriteClaimed(e.ctx, uint64(b.Fence()), vb+1), "the new leader's write")
+	mustNil(t, res.WriteClaimed(e.ctx, b.Fence(), vb+1), "the new leader's write")
 
 	e.sleep(time.Until(stopped.Add(2 * e.effTTL())))
 	mustNil(t, child.cmd.Process.Signal(syscall.SIGCONT), "SIGCONT the leader")
@@ -69,7 +68,7 @@ func testElectionProcessFreeze(t TB, e *env) {
 		t.Fatalf("the resumed leader's Resign did not return ErrLeaseLost")
 	}
 	f = next("WRITE")
-	wf, _ := strconv.ParseUint(f[1], 10, 64)
+	wf := parseFence(f[1])
 	if err := res.WriteClaimed(e.ctx, wf, va+1000); !errors.Is(err, guard.ErrStale) {
 		t.Fatalf("the resumed leader's write with term %d: %v, want guard.ErrStale", wf, err)
 	}

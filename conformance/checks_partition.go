@@ -164,7 +164,7 @@ func testPartition(t TB, e *env, mode netfault.Mode) {
 	mustNil(t, g.err, "the direct client's Acquire after the partition")
 	t.Cleanup(func() { _ = g.l.Release(context.Background()) })
 	rec.WaitGranted, rec.WaitFrom = g.at.Sub(cut), "partition"
-	rec.Fence = faultrec.FenceOf(uint64(la.Fence()), uint64(g.l.Fence()))
+	rec.Fence = faultrec.FenceOf(la.Fence(), g.l.Fence())
 	rec.SecondHolder = faultrec.OverlapOf(g.overlapped())
 	declared := ""
 	if g.overlapped() {

@@ -63,7 +63,7 @@ func testFenceStoreState(t TB, e *env) {
 	if hasFA {
 		stored, ok, err := fa.StoredFence(e.ctx, e.key(name))
 		mustNil(t, err, "FenceAdmin.StoredFence")
-		if !ok || stored < uint64(last) {
+		if !ok || stored < last {
 			t.Fatalf("after the Release of fence %d the store keeps fence state %d (kept: %v) for the name: the next grant's fence is no longer bound to exceed it", last, stored, ok)
 		}
 		for i := range 3 {
@@ -151,7 +151,7 @@ func testQuorumMinorityCut(t TB, e *env) {
 		if fa != nil {
 			stored, ok, err := fa.StoredFence(e.ctx, e.key(div))
 			mustNil(t, err, "FenceAdmin.StoredFence")
-			if !ok || stored < uint64(prev) {
+			if !ok || stored < prev {
 				t.Fatalf("after grant %d (fence %d, nodes %v cut off) a majority of nodes keeps only fence state %d: the fence was not written back to a majority", i+1, prev, cut, stored)
 			}
 		}

@@ -76,7 +76,7 @@ type volumeRun struct {
 	errs                                   errList
 
 	fenceMu   sync.Mutex
-	lastFence uint64
+	lastFence fencelock.Fence
 }
 
 // enough reports whether the run has seen enough refused attempts and
@@ -131,7 +131,7 @@ func (v *volumeRun) section(l *fencelock.Lease) {
 		v.errs.addf("fence %d granted while another holder was inside", l.Fence())
 	} else {
 		v.fenceMu.Lock()
-		if f := uint64(l.Fence()); f <= v.lastFence {
+		if f := l.Fence(); f <= v.lastFence {
 			v.errs.addf("fence %d granted after fence %d", f, v.lastFence)
 		} else {
 			v.lastFence = f

@@ -170,7 +170,7 @@ func testMutualExclusion(t TB, e *env) {
 					n := inside.Add(1)
 					for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
 					}
-					if f, prev := uint64(l.Fence()), last.Swap(uint64(l.Fence())); f <= prev {
+					if f, prev := l.Fence(), fencelock.Fence(last.Swap(uint64(l.Fence()))); f <= prev {
 						errs.addf("fence %d granted after fence %d", f, prev)
 					}
 					total.Add(1)

@@ -7,9 +7,12 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fencelock/fencelock"
 )
 
 // holderChild is the running test binary re-executed as the process-freeze
@@ -94,4 +97,10 @@ func (c *holderChild) next(t TB, want string) []string {
 		t.Fatalf("child did not say %s within 60s", want)
 	}
 	return nil
+}
+
+// parseFence reads a fence the child printed; 0 if it is not a number.
+func parseFence(s string) fencelock.Fence {
+	v, _ := strconv.ParseUint(s, 10, 64)
+	return fencelock.Fence(v)
 }

@@ -4,7 +4,6 @@ package conformance
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/fencelock/fencelock"
@@ -28,7 +27,7 @@ func testProcessCrash(t TB, e *env) {
 	name := e.name("x")
 	child := startHolderChild(t, e, name)
 	f := child.next(t, "ACQUIRED")
-	childFence, _ := strconv.ParseUint(f[1], 10, 64)
+	childFence := parseFence(f[1])
 
 	mustNil(t, child.cmd.Process.Kill(), "SIGKILL child")
 	killed := time.Now()
@@ -46,9 +45,9 @@ func testProcessCrash(t TB, e *env) {
 	defer l.Release(e.ctx)
 	rec.Outcome = faultrec.Lost
 	rec.WaitGranted, rec.WaitFrom = grantedAfter, "SIGKILL"
-	rec.Fence = faultrec.FenceOf(childFence, uint64(l.Fence()))
+	rec.Fence = faultrec.FenceOf(childFence, l.Fence())
 	rec.Case = fmt.Sprintf("TTL %v", e.ttl)
-	e.checkFence(t, fencelock.Fence(childFence), l.Fence(), "grant after the holder was killed")
+	e.checkFence(t, childFence, l.Fence(), "grant after the holder was killed")
 	t.Logf("child holding fence %d killed; parent granted fence %d %v later (TTL %v, store TTL %v)",
 		childFence, l.Fence(), grantedAfter.Round(time.Millisecond), e.ttl, e.storeTTL)
 }

@@ -84,7 +84,7 @@ func freezeChild(s freezeSpec) {
 		say("ERROR", strings.ReplaceAll(err.Error(), "\n", " "))
 		return
 	}
-	say("ACQUIRED", uint64(l.Fence()))
+	say("ACQUIRED", l.Fence())
 	// The parent freezes this process (SIGSTOP) now, for 2×TTL.
 	select {
 	case <-l.Done():
@@ -95,7 +95,7 @@ func freezeChild(s freezeSpec) {
 	say("RELEASE", errors.Is(err, fencelock.ErrLeaseLost))
 	// A resumed worker that does not check its lease writes anyway: the
 	// parent applies the write to the guarded resource with this fence.
-	say("WRITE", uint64(l.Fence()))
+	say("WRITE", l.Fence())
 }
 
 // frozenLeader is freezeChild as a leader: it campaigns (auto-renew on),
@@ -113,7 +113,7 @@ func frozenLeader(ctx context.Context, c *fencelock.Client, s freezeSpec) {
 		say("ERROR", strings.ReplaceAll(err.Error(), "\n", " "))
 		return
 	}
-	say("ACQUIRED", uint64(t.Fence()), t.ValidUntil().UnixNano())
+	say("ACQUIRED", t.Fence(), t.ValidUntil().UnixNano())
 	select { // the parent freezes this process now
 	case <-t.Done():
 	case <-time.After(20*s.TTL + 30*time.Second):
@@ -128,5 +128,5 @@ func frozenLeader(ctx context.Context, c *fencelock.Client, s freezeSpec) {
 		say("PROCLAIM", fmt.Sprintf("%q", fmt.Sprint(err)))
 	}
 	say("RELEASE", errors.Is(t.Resign(ctx), fencelock.ErrLeaseLost))
-	say("WRITE", uint64(t.Fence()))
+	say("WRITE", t.Fence())
 }

@@ -5,7 +5,6 @@ package conformance
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -30,7 +29,7 @@ func testProcessFreeze(t TB, e *env) {
 	next := func(want string) []string { return child.next(t, want) }
 	cmd := child.cmd
 	f := next("ACQUIRED")
-	childFence, _ := strconv.ParseUint(f[1], 10, 64)
+	childFence := parseFence(f[1])
 	var res guard.Counter
 	_, err := res.Claim(e.ctx, childFence) // the child claimed the resource, then froze
 	mustNil(t, err, "child's claim")
@@ -44,11 +43,11 @@ func testProcessFreeze(t TB, e *env) {
 	defer l.Release(e.ctx)
 	grantedAfter := time.Since(stopped)
 	rec.WaitGranted, rec.WaitFrom = grantedAfter, "SIGSTOP"
-	rec.Fence = faultrec.FenceOf(childFence, uint64(l.Fence()))
-	e.checkFence(t, fencelock.Fence(childFence), l.Fence(), "parent's grant over the frozen child")
-	v, err := res.Claim(e.ctx, uint64(l.Fence()))
+	rec.Fence = faultrec.FenceOf(childFence, l.Fence())
+	e.checkFence(t, childFence, l.Fence(), "parent's grant over the frozen child")
+	v, err := res.Claim(e.ctx, l.Fence())
 	mustNil(t, err, "parent's claim")
-	mustNil(t, res.WriteClaimed(e.ctx, uint64(l.Fence()), v+1), "parent's write")
+	mustNil(t, res.WriteClaimed(e.ctx, l.Fence(), v+1), "parent's write")
 
 	e.sleep(time.Until(stopped.Add(2 * e.effTTL()))) // the freeze lasts 2×TTL
 	mustNil(t, cmd.Process.Signal(syscall.SIGCONT), "SIGCONT child")
@@ -63,7 +62,7 @@ func testProcessFreeze(t TB, e *env) {
 		t.Fatalf("resumed child's Release did not return ErrLeaseLost")
 	}
 	f = next("WRITE")
-	wf, _ := strconv.ParseUint(f[1], 10, 64)
+	wf := parseFence(f[1])
 	err = res.WriteClaimed(e.ctx, wf, 1000)
 	rec.SecondHolder = faultrec.OverlapOf(!errors.Is(err, guard.ErrStale))
 	mustIs(t, err, guard.ErrStale, "resumed child's fenced write")

@@ -168,7 +168,7 @@ func guardedIncrement(ctx context.Context, lk fencelock.Locker, name string, ttl
 	}()
 	// A stalled worker does not look at its lease: that is the hazard.
 	wait := func() { sleepCtx(ctx, pause) }
-	f := uint64(l.Fence())
+	f := l.Fence()
 	var v int64
 	switch mode {
 	case NoFencing:

@@ -232,7 +232,7 @@ type mutLease struct {
 	name, token string
 }
 
-func (l *mutLease) Fence() uint64 {
+func (l *mutLease) Fence() driver.Fence {
 	f := l.inner.Fence()
 	switch {
 	case l.b.mutant == "FenceRepeats" && f%3 == 0:
@@ -316,9 +316,9 @@ func (l *notifyingLease) OnLost(f func()) (stop func() bool) {
 }
 
 // fakeLease is a second grant of a held lock: it holds nothing.
-type fakeLease struct{ fence uint64 }
+type fakeLease struct{ fence driver.Fence }
 
-func (f *fakeLease) Fence() uint64                               { return f.fence }
+func (f *fakeLease) Fence() driver.Fence                         { return f.fence }
 func (f *fakeLease) Extend(context.Context, time.Duration) error { return nil }
 func (f *fakeLease) Release(context.Context) error               { return nil }
 

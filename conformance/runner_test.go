@@ -16,7 +16,7 @@ import (
 type memHarness struct{ s *memory.Store }
 
 func (h memHarness) MakeClient(_ context.Context, o *fencelock.Options) (*fencelock.Client, error) {
-	return memory.New(h.s, o), nil
+	return memory.New(h.s, nil, o)
 }
 func (memHarness) URL() string { return "" }
 func (memHarness) Close()      {}

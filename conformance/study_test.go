@@ -18,7 +18,10 @@ func TestStudyProtocol(t *testing.T) {
 	s := memory.NewStore()
 	var ls []fencelock.Locker
 	for range 4 {
-		c := memory.New(s, nil)
+		c, err := memory.New(s, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		defer c.Close()
 		ls = append(ls, c)
 	}

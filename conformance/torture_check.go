@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fencelock/fencelock"
 )
 
 // Violation is one way a torture history broke the contract.
@@ -118,7 +120,7 @@ func checkOverlap(m TortureMeta, ops []Op, faults []Fault) []Violation {
 func checkFences(ops []Op) []Violation {
 	var vs []Violation
 	for name, gs := range grantsByName(ops) {
-		seen := map[uint64]Op{}
+		seen := map[fencelock.Fence]Op{}
 		var last *Op
 		for i := range gs {
 			g := gs[i]

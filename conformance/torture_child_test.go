@@ -154,7 +154,7 @@ func newServedHarness(mutant string) (*servedHarness, error) {
 }
 
 func (h *servedHarness) MakeClient(_ context.Context, opts *fencelock.Options) (*fencelock.Client, error) {
-	return memory.New(h.s, opts), nil
+	return memory.New(h.s, nil, opts)
 }
 
 func (h *servedHarness) URL() string {
@@ -229,7 +229,7 @@ type lyingLease struct {
 	d *lyingDriver
 }
 
-func (l *lyingLease) Fence() uint64 { return uint64(l.l.Fence()) }
+func (l *lyingLease) Fence() driver.Fence { return l.l.Fence() }
 
 func (l *lyingLease) Extend(ctx context.Context, ttl time.Duration) error {
 	return l.l.Extend(ctx, l.d.storeTTL(ttl))

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/fencelock/fencelock"
 )
 
 // Op is one operation of a torture run, as its client saw it. Times are
@@ -21,13 +23,13 @@ type Op struct {
 	Lease  int64  `json:"lease,omitempty"`
 	// Invoke and Complete bound the operation: it took effect, if at all,
 	// between them.
-	Invoke   time.Duration `json:"invoke"`
-	Complete time.Duration `json:"complete"`
-	Result   string        `json:"result"` // ok, refused, lost, stale, ctx, error
-	Err      string        `json:"err,omitempty"`
-	Fence    uint64        `json:"fence,omitempty"`
-	Arg      int64         `json:"arg,omitempty"`   // value written; TTL (ms) asked by an Extend; a probe's cancelled wait
-	Value    int64         `json:"value,omitempty"` // value read
+	Invoke   time.Duration   `json:"invoke"`
+	Complete time.Duration   `json:"complete"`
+	Result   string          `json:"result"` // ok, refused, lost, stale, ctx, error
+	Err      string          `json:"err,omitempty"`
+	Fence    fencelock.Fence `json:"fence,omitempty"`
+	Arg      int64           `json:"arg,omitempty"`   // value written; TTL (ms) asked by an Extend; a probe's cancelled wait
+	Value    int64           `json:"value,omitempty"` // value read
 	// ValidUntil is the lease's ValidUntil after a grant or an Extend.
 	ValidUntil time.Duration `json:"valid_until,omitempty"`
 	// End (grants) is when the holder stopped believing it held the

@@ -7,18 +7,20 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/fencelock/fencelock"
 )
 
 // The guarded registers' sequential specification, for porcupine: a
 // guard.Resource is a (fence, value) pair.
 type regState struct {
-	Fence uint64
+	Fence fencelock.Fence
 	Value int64
 }
 
 type regInput struct {
 	Kind  string
-	Fence uint64
+	Fence fencelock.Fence
 	Arg   int64
 }
 

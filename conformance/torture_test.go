@@ -174,13 +174,13 @@ type tortureHarness struct {
 	mutant string
 
 	mu   sync.Mutex
-	rng  *rand.Rand        // seeded: a seed replays the mutant's choices too
-	last map[string]uint64 // each key's last fence from the store
-	base map[string]uint64 // FenceRepeatsAfterRestart: subtracted from each key's fences
+	rng  *rand.Rand              // seeded: a seed replays the mutant's choices too
+	last map[string]driver.Fence // each key's last fence from the store
+	base map[string]driver.Fence // FenceRepeatsAfterRestart: subtracted from each key's fences
 }
 
 func newTortureHarness(mutant string, seed uint64) *tortureHarness {
-	return &tortureHarness{s: memory.NewStore(), mutant: mutant, rng: rand.New(rand.NewPCG(seed, 99)), last: map[string]uint64{}, base: map[string]uint64{}}
+	return &tortureHarness{s: memory.NewStore(), mutant: mutant, rng: rand.New(rand.NewPCG(seed, 99)), last: map[string]driver.Fence{}, base: map[string]driver.Fence{}}
 }
 
 var (
@@ -256,10 +256,10 @@ func (b *tortureBackend) TryAcquire(ctx context.Context, req driver.AcquireReque
 type tortureLease struct {
 	driver.Lease
 	b     *tortureBackend
-	fence uint64
+	fence driver.Fence
 }
 
-func (l *tortureLease) Fence() uint64 { return l.fence }
+func (l *tortureLease) Fence() driver.Fence { return l.fence }
 
 func (l *tortureLease) Extend(ctx context.Context, ttl time.Duration) error {
 	err := l.Lease.Extend(ctx, ttl)
@@ -276,9 +276,9 @@ func (l *notifying) OnLost(f func()) (stop func() bool) {
 }
 
 // ghostLease is a second grant of a held lock: it holds nothing.
-type ghostLease struct{ fence uint64 }
+type ghostLease struct{ fence driver.Fence }
 
-func (g *ghostLease) Fence() uint64                               { return g.fence }
+func (g *ghostLease) Fence() driver.Fence                         { return g.fence }
 func (g *ghostLease) Extend(context.Context, time.Duration) error { return nil }
 func (g *ghostLease) Release(context.Context) error               { return nil }
 

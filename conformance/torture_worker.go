@@ -134,7 +134,7 @@ func (w *worker) acquire(ctx context.Context, kind, name string, ao *fencelock.A
 // granted records a grant: what other holders believed at that moment,
 // and, when the lease ends, when its holder stopped believing.
 func (r *run) granted(op *Op, l tortureLease) {
-	op.Result, op.Fence = "ok", uint64(l.Fence())
+	op.Result, op.Fence = "ok", l.Fence()
 	op.ValidUntil = r.hist.at(l.ValidUntil())
 	op.Held = r.leases.held(op.Name)
 	r.hist.add(op)
@@ -207,12 +207,12 @@ func (w *worker) rmwClaimFirst(ctx context.Context, name string, lease int64, f 
 	var v int64
 	ok := w.regOp(ctx, OpClaim, reg, lease, f, 0, func(ctx context.Context) (int64, error) {
 		var err error
-		v, err = res.Claim(ctx, uint64(f))
+		v, err = res.Claim(ctx, f)
 		return v, err
 	})
 	if ok {
 		w.regOp(ctx, OpWriteClaimed, reg, lease, f, v+1, func(ctx context.Context) (int64, error) {
-			return 0, res.WriteClaimed(ctx, uint64(f), v+1)
+			return 0, res.WriteClaimed(ctx, f, v+1)
 		})
 	}
 }
@@ -230,7 +230,7 @@ func (w *worker) rmwWriteOnly(ctx context.Context, name string, lease int64, f f
 	})
 	if ok {
 		w.regOp(ctx, OpWriteIfNotOlder, reg, lease, f, v+1, func(ctx context.Context) (int64, error) {
-			return 0, res.WriteIfNotOlder(ctx, uint64(f), v+1)
+			return 0, res.WriteIfNotOlder(ctx, f, v+1)
 		})
 	}
 }
@@ -243,7 +243,7 @@ func (w *worker) regOp(ctx context.Context, kind, reg string, lease int64, f fen
 	if p, ok := w.c.(*childProc); ok {
 		p.ping(octx)
 	}
-	op := &Op{Worker: w.k, Client: w.client, Kind: kind, Name: reg, Lease: lease, Fence: uint64(f), Arg: arg, Invoke: r.hist.now()}
+	op := &Op{Worker: w.k, Client: w.client, Kind: kind, Name: reg, Lease: lease, Fence: f, Arg: arg, Invoke: r.hist.now()}
 	v, err := do(octx)
 	op.Complete, op.Value, op.Result, op.Err = r.hist.now(), v, classify(err), errText(err)
 	r.hist.add(op)

@@ -40,7 +40,7 @@ type FenceAdmin interface {
 	// whose store key is name: the value the next grant's fence must
 	// exceed (on a quorum of nodes, the largest value that a majority of
 	// them hold at least). ok is false if the store keeps nothing for name.
-	StoredFence(ctx context.Context, name string) (fence uint64, ok bool, err error)
+	StoredFence(ctx context.Context, name string) (fence Fence, ok bool, err error)
 	// DropFenceState deletes what the store keeps of name's fence, as a
 	// restart without persistence, a failover to a replica that missed it,
 	// or another client deleting the record would. The lock must be free.

@@ -115,7 +115,7 @@ type Lease interface {
 	// Fence is the fencing token of this grant: for one name, strictly greater
 	// than the fence of every earlier grant (see Capabilities.Fence for how
 	// strong that promise is). It fits in an int64 and is never 0.
-	Fence() uint64
+	Fence() Fence
 
 	// Extend sets the store-side expiry of the lock to ttl from now, only if
 	// the lock is still held under this lease's token. It returns

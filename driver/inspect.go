@@ -14,7 +14,7 @@ type LockInfo struct {
 	Label string
 	// Fence is the holder's fence, 0 when free or when the store cannot
 	// tell (InspectCaps.Fence).
-	Fence uint64
+	Fence Fence
 	// Remaining is how long the store keeps the lock without a renewal,
 	// from the moment it answered; 0 when free or when the store cannot
 	// tell (InspectCaps.Remaining).

@@ -17,7 +17,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func newElection(t *testing.T, s *memory.Store, opts *election.Options) *election.Election {
 	t.Helper()
-	c := memory.New(s, nil)
+	c, err := memory.New(s, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = c.Close() })
 	e, err := election.New(c, "leader", opts)
 	if err != nil {
@@ -27,7 +30,10 @@ func newElection(t *testing.T, s *memory.Store, opts *election.Options) *electio
 }
 
 func TestNewRejectsBadInput(t *testing.T) {
-	c := memory.New(nil, nil)
+	c, err := memory.New(nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer c.Close()
 	for _, tc := range []struct {
 		name string
@@ -221,7 +227,10 @@ func TestRunReturnsWhenLeadershipLost(t *testing.T) {
 // TestUnsupportedLocker: a Locker that cannot inspect makes Leader fail
 // with errors.ErrUnsupported and Observe close at once.
 func TestUnsupportedLocker(t *testing.T) {
-	c := memory.New(nil, nil)
+	c, err := memory.New(nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer c.Close()
 	e, err := election.New(lockerOnly{c}, "x", nil)
 	if err != nil {

@@ -31,7 +31,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	va, _ := schedule.Claim(ctx, uint64(a.Fence()))
+	va, _ := schedule.Claim(ctx, a.Fence())
 	fmt.Println("node-a leads, term", a.Fence())
 
 	// node-a pauses here. node-b campaigns and leads once node-a's term ran out.
@@ -42,11 +42,11 @@ func Example() {
 	defer b.Resign(ctx)
 	ld, _ := healthy.Leader(ctx)
 	fmt.Println("leader:", ld.Value, "term", ld.Term)
-	vb, _ := schedule.Claim(ctx, uint64(b.Fence()))
-	_ = schedule.WriteClaimed(ctx, uint64(b.Fence()), vb+1)
+	vb, _ := schedule.Claim(ctx, b.Fence())
+	_ = schedule.WriteClaimed(ctx, b.Fence(), vb+1)
 
 	// node-a resumes and writes with its old term: refused.
-	err = schedule.WriteClaimed(ctx, uint64(a.Fence()), va+1)
+	err = schedule.WriteClaimed(ctx, a.Fence(), va+1)
 	fmt.Println("node-a's write with term", a.Fence(), "refused:", errors.Is(err, guard.ErrStale))
 	fmt.Println("node-a's term ended:", errors.Is(a.Err(), fencelock.ErrLeaseLost))
 	// Output:

@@ -50,7 +50,7 @@ func ExamplePGTable() {
 		panic(err)
 	}
 	defer l.Release(ctx)
-	f := uint64(l.Fence())
+	f := l.Fence()
 
 	var state string
 	if err := jobs.Claim(ctx, db, "nightly-report", f, []string{"state"}, &state); err != nil {

@@ -16,11 +16,18 @@
 //     accepted, and that newer write then erases it.
 //
 // Every refusal is an error wrapping ErrStale, never a silent no-op.
+//
+// Fences are driver.Fence, the type fencelock.Fence names (an alias):
+// pass a lease's Fence() as it is, e.g. counter.Claim(ctx, lease.Fence()).
+// guard imports package driver for that type alone, not the client, so a
+// resource's service can use it without the lock client's dependencies.
 package guard
 
 import (
 	"context"
 	"errors"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // ErrStale: the write carried a fence older than the resource has seen.
@@ -37,11 +44,11 @@ type Resource interface {
 	Write(ctx context.Context, v int64) error
 	// Claim stamps fence if it is greater than the stored fence and returns
 	// the value; ErrStale otherwise.
-	Claim(ctx context.Context, fence uint64) (int64, error)
+	Claim(ctx context.Context, fence driver.Fence) (int64, error)
 	// WriteClaimed writes only while the stored fence equals fence; ErrStale
 	// otherwise.
-	WriteClaimed(ctx context.Context, fence uint64, v int64) error
+	WriteClaimed(ctx context.Context, fence driver.Fence, v int64) error
 	// WriteIfNotOlder writes and stamps fence if fence is at least the stored
 	// fence; ErrStale otherwise.
-	WriteIfNotOlder(ctx context.Context, fence uint64, v int64) error
+	WriteIfNotOlder(ctx context.Context, fence driver.Fence, v int64) error
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 var _ Resource = (*Counter)(nil)
@@ -13,7 +15,7 @@ var _ Resource = (*Counter)(nil)
 // concurrent use. The zero value is a counter at 0 with fence 0.
 type Counter struct {
 	mu    sync.Mutex
-	fence uint64
+	fence driver.Fence
 	value int64
 }
 
@@ -35,7 +37,7 @@ func (c *Counter) Write(_ context.Context, v int64) error {
 // Claim stamps fence on the counter if it is greater than the stored fence
 // and returns the value, as UPDATE ... SET fence=$f WHERE fence<$f RETURNING
 // value does. It returns ErrStale if fence is not greater.
-func (c *Counter) Claim(_ context.Context, fence uint64) (int64, error) {
+func (c *Counter) Claim(_ context.Context, fence driver.Fence) (int64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if fence <= c.fence {
@@ -47,7 +49,7 @@ func (c *Counter) Claim(_ context.Context, fence uint64) (int64, error) {
 
 // WriteClaimed sets the value only if the stored fence is still fence (no
 // newer holder claimed since). It returns ErrStale otherwise.
-func (c *Counter) WriteClaimed(_ context.Context, fence uint64, v int64) error {
+func (c *Counter) WriteClaimed(_ context.Context, fence driver.Fence, v int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.fence != fence {
@@ -59,7 +61,7 @@ func (c *Counter) WriteClaimed(_ context.Context, fence uint64, v int64) error {
 
 // WriteIfNotOlder sets the value and stamps fence if fence is at least the
 // stored fence (write-only mode). It returns ErrStale otherwise.
-func (c *Counter) WriteIfNotOlder(_ context.Context, fence uint64, v int64) error {
+func (c *Counter) WriteIfNotOlder(_ context.Context, fence driver.Fence, v int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if fence < c.fence {
@@ -71,7 +73,7 @@ func (c *Counter) WriteIfNotOlder(_ context.Context, fence uint64, v int64) erro
 }
 
 // Fence returns the highest fence the counter has seen.
-func (c *Counter) Fence() uint64 {
+func (c *Counter) Fence() driver.Fence {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.fence

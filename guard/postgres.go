@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // DB runs the Postgres helpers' statements: *pgxpool.Pool, *pgx.Conn and
@@ -109,7 +111,7 @@ func quoteCols(cols []string) ([]string, error) {
 }
 
 // bigint checks that fence is a positive bigint.
-func bigint(fence uint64) (int64, error) {
+func bigint(fence driver.Fence) (int64, error) {
 	if fence == 0 || fence > math.MaxInt64 {
 		return 0, fmt.Errorf("%w: fence %d: want the lease's Fence(), a positive bigint", ErrInvalid, fence)
 	}
@@ -136,7 +138,7 @@ func (t *PGTable) EnsureFenceColumn(ctx context.Context, db DB) error {
 // It returns an error wrapping ErrStale if the row's fence is not lower
 // (a newer holder claimed it: stop, the lease is stale), ErrNotFound if
 // there is no such row.
-func (t *PGTable) Claim(ctx context.Context, db DB, id any, fence uint64, returning []string, dest ...any) error {
+func (t *PGTable) Claim(ctx context.Context, db DB, id any, fence driver.Fence, returning []string, dest ...any) error {
 	f, err := bigint(fence)
 	if err != nil {
 		return err
@@ -174,7 +176,7 @@ func (t *PGTable) Claim(ctx context.Context, db DB, id any, fence uint64, return
 //
 // It returns an error wrapping ErrStale otherwise, ErrNotFound if there is
 // no such row.
-func (t *PGTable) WriteClaimed(ctx context.Context, db DB, id any, fence uint64, columns []string, values ...any) error {
+func (t *PGTable) WriteClaimed(ctx context.Context, db DB, id any, fence driver.Fence, columns []string, values ...any) error {
 	return t.write(ctx, db, id, fence, columns, values, "=", false)
 }
 
@@ -186,11 +188,11 @@ func (t *PGTable) WriteClaimed(ctx context.Context, db DB, id any, fence uint64,
 //
 // It returns an error wrapping ErrStale otherwise, ErrNotFound if there is
 // no such row. This is write-only fencing; prefer Claim and WriteClaimed.
-func (t *PGTable) WriteIfNotOlder(ctx context.Context, db DB, id any, fence uint64, columns []string, values ...any) error {
+func (t *PGTable) WriteIfNotOlder(ctx context.Context, db DB, id any, fence driver.Fence, columns []string, values ...any) error {
 	return t.write(ctx, db, id, fence, columns, values, "<=", true)
 }
 
-func (t *PGTable) write(ctx context.Context, db DB, id any, fence uint64, columns []string, values []any, cmp string, stamp bool) error {
+func (t *PGTable) write(ctx context.Context, db DB, id any, fence driver.Fence, columns []string, values []any, cmp string, stamp bool) error {
 	f, err := bigint(fence)
 	if err != nil {
 		return err
@@ -226,7 +228,7 @@ func (t *PGTable) write(ctx context.Context, db DB, id any, fence uint64, column
 }
 
 // Fence returns the fence stored in the row whose id column equals id.
-func (t *PGTable) Fence(ctx context.Context, db DB, id any) (uint64, error) {
+func (t *PGTable) Fence(ctx context.Context, db DB, id any) (driver.Fence, error) {
 	var f int64
 	err := db.QueryRow(ctx, "SELECT "+t.fence+" FROM "+t.table+" WHERE "+t.id+" = $1", id).Scan(&f)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -235,12 +237,12 @@ func (t *PGTable) Fence(ctx context.Context, db DB, id any) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("guard: read the fence of %s row %v: %w", t.table, id, err)
 	}
-	return uint64(f), nil
+	return driver.Fence(f), nil
 }
 
 // refusal explains a 0-row update: ErrNotFound or ErrStale with the row's
 // fence (read after the fact, so it may have moved on since).
-func (t *PGTable) refusal(ctx context.Context, db DB, id any, what string, fence uint64, cmp string) error {
+func (t *PGTable) refusal(ctx context.Context, db DB, id any, what string, fence driver.Fence, cmp string) error {
 	cur, err := t.Fence(ctx, db, id)
 	if err != nil {
 		return err
@@ -321,7 +323,7 @@ func (c *PGCounter) Write(ctx context.Context, v int64) error {
 
 // Claim stamps fence if it is greater than the row's fence and returns the
 // value; ErrStale otherwise.
-func (c *PGCounter) Claim(ctx context.Context, fence uint64) (int64, error) {
+func (c *PGCounter) Claim(ctx context.Context, fence driver.Fence) (int64, error) {
 	var v int64
 	if err := c.t.Claim(ctx, c.db, c.id, fence, valueCol, &v); err != nil {
 		return 0, err
@@ -331,18 +333,20 @@ func (c *PGCounter) Claim(ctx context.Context, fence uint64) (int64, error) {
 
 // WriteClaimed writes v only while the row's fence equals fence; ErrStale
 // otherwise.
-func (c *PGCounter) WriteClaimed(ctx context.Context, fence uint64, v int64) error {
+func (c *PGCounter) WriteClaimed(ctx context.Context, fence driver.Fence, v int64) error {
 	return c.t.WriteClaimed(ctx, c.db, c.id, fence, valueCol, v)
 }
 
 // WriteIfNotOlder writes v and stamps fence if fence is at least the row's
 // fence; ErrStale otherwise.
-func (c *PGCounter) WriteIfNotOlder(ctx context.Context, fence uint64, v int64) error {
+func (c *PGCounter) WriteIfNotOlder(ctx context.Context, fence driver.Fence, v int64) error {
 	return c.t.WriteIfNotOlder(ctx, c.db, c.id, fence, valueCol, v)
 }
 
 // Fence returns the highest fence the row has seen.
-func (c *PGCounter) Fence(ctx context.Context) (uint64, error) { return c.t.Fence(ctx, c.db, c.id) }
+func (c *PGCounter) Fence(ctx context.Context) (driver.Fence, error) {
+	return c.t.Fence(ctx, c.db, c.id)
+}
 
 // Table returns the counter's table, for PGTable's other methods.
 func (c *PGCounter) Table() *PGTable { return c.t }

@@ -170,7 +170,7 @@ func TestPGTable(t *testing.T) {
 	bad := []struct {
 		what                   string
 		table, id, fence       string
-		f                      uint64
+		f                      fencelock.Fence
 		cols                   []string
 		wantTableErr, wantBoth bool
 	}{
@@ -263,7 +263,7 @@ func TestPGCounterConcurrentClaims(t *testing.T) {
 	ok, stale := 0, 0
 	for i := 1; i <= n; i++ {
 		wg.Go(func() {
-			_, err := c.Claim(ctx, uint64(i))
+			_, err := c.Claim(ctx, fencelock.Fence(i))
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

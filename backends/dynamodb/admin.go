@@ -59,7 +59,7 @@ var _ driver.FenceAdmin = (*backend)(nil)
 // StoredFence implements driver.FenceAdmin: the fence attribute of the
 // lock's item (a consistent read), which the next grant's fence must
 // exceed. ok is false if there is no item or it carries no fence.
-func (b *backend) StoredFence(ctx context.Context, name string) (uint64, bool, error) {
+func (b *backend) StoredFence(ctx context.Context, name string) (driver.Fence, bool, error) {
 	out, err := b.get(ctx, name)
 	if err != nil {
 		return 0, false, fmt.Errorf("stored fence: %w", classify(ctx, "read", b.cfg.Table, err))
@@ -72,7 +72,7 @@ func (b *backend) StoredFence(ctx context.Context, name string) (uint64, bool, e
 	if err != nil {
 		return 0, false, fmt.Errorf("stored fence: the item's fence %q is not a number: %w", f.Value, err)
 	}
-	return v, true, nil
+	return driver.Fence(v), true, nil
 }
 
 // DropFenceState implements driver.FenceAdmin: it removes the fence

@@ -43,7 +43,7 @@
 // decided by observation (TimeClient): an abandoned lock is taken a full
 // lease duration after a waiter first read it, not after the holder's last
 // heartbeat; [fencelock.Lease.StoreTTL] reports that bound (TTL plus two
-// poll intervals). [MinTTL] is 100 ms. Blocked Acquires queue in the item's
+// poll intervals). The minimum TTL is 100 ms. Blocked Acquires queue in the item's
 // waitQueue (at most 16 entries) and are served in the order they joined;
 // they poll the item with consistent reads, at most PollInterval apart
 // (Options.Backoff is not used).

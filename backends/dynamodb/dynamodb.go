@@ -96,10 +96,10 @@ type Config struct {
 	MixedFleet bool
 }
 
-// MinTTL is the shortest lease TTL the backend accepts. Expiry is decided
+// minTTL is the shortest lease TTL the backend accepts. Expiry is decided
 // by the waiters' own observation, so the lease must span several round
 // trips and polls.
-const MinTTL = 100 * time.Millisecond
+const minTTL = 100 * time.Millisecond
 
 // cleanupTimeout bounds the write TryAcquire makes, on a detached context,
 // to release what an attempt of unknown outcome may have taken.
@@ -107,16 +107,29 @@ const cleanupTimeout = 2 * time.Second
 
 // New returns a Client that keeps its locks as items of cfg.Table through
 // client (a *ddb.Client). The table must exist (see CreateTable). opts may
-// be nil. New does no I/O; it panics if client is nil or cfg.Table empty.
+// be nil; cfg may not, as Table has no default. New does no I/O; a nil
+// client or cfg, a table name DynamoDB would refuse or a negative
+// PollInterval is an error matching fencelock.ErrInvalid.
 //
 // The Client does not own client. Give client a per-request timeout (an
 // http.Client Timeout): the SDK has none by default, and a TryAcquire or
 // Release without a ctx deadline would wait on a hung connection.
-func New(client API, cfg Config, opts *fencelock.Options) *fencelock.Client {
-	if client == nil || cfg.Table == "" {
-		panic("fencelock/backends/dynamodb: New with a nil client or an empty table name")
+func New(client API, cfg *Config, opts *fencelock.Options) (*fencelock.Client, error) {
+	var err error
+	switch {
+	case client == nil:
+		err = fmt.Errorf("%w: dynamodb.New with a nil client", fencelock.ErrInvalid)
+	case cfg == nil || cfg.Table == "":
+		err = fmt.Errorf("%w: dynamodb.New without Config.Table: the table has no default", fencelock.ErrInvalid)
+	case !tableName.MatchString(cfg.Table):
+		err = fmt.Errorf("%w: dynamodb.New: table name %q: want 3 to 255 of a-z A-Z 0-9 _ . -", fencelock.ErrInvalid, cfg.Table)
+	case cfg.PollInterval < 0:
+		err = fmt.Errorf("%w: dynamodb.New: negative Config.PollInterval %v", fencelock.ErrInvalid, cfg.PollInterval)
 	}
-	return fencelock.New(newBackend(client, cfg, nil), opts)
+	if err != nil {
+		return nil, &fencelock.Error{Op: "open", Backend: "dynamodb", Err: err}
+	}
+	return fencelock.New(newBackend(client, *cfg, nil), opts), nil
 }
 
 // backend is the DynamoDB driver. It implements driver.Backend,
@@ -149,7 +162,7 @@ func newBackend(api API, cfg Config, closeFn func()) *backend {
 		Backend:        "dynamodb",
 		Fence:          driver.FenceStrict,
 		FenceSource:    "numeric attribute fence of the lock item, incremented (if_not_exists(fence, client clock µs) + 1) in the conditional UpdateItem that grants; the item is never deleted by fencelock",
-		MinTTL:         MinTTL,
+		MinTTL:         minTTL,
 		TTLGranularity: time.Millisecond,
 		TimeAuthority:  driver.TimeClient,
 		Wait:           driver.WaitPoll,

@@ -27,7 +27,10 @@ func Example() {
 	if err := dynamodb.CreateTable(ctx, client, "locks"); err != nil { // once; or create it with your IaC
 		log.Fatal(err)
 	}
-	locks := dynamodb.New(client, dynamodb.Config{Table: "locks", PollInterval: 100 * time.Millisecond}, nil)
+	locks, err := dynamodb.New(client, &dynamodb.Config{Table: "locks", PollInterval: 100 * time.Millisecond}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer locks.Close()
 
 	lease, err := locks.Acquire(ctx, "nightly-report", &fencelock.AcquireOptions{TTL: 20 * time.Second, Wait: time.Minute})

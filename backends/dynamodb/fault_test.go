@@ -63,7 +63,7 @@ func TestFaultServerKilledRestarted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read after restart: %v", err)
 	}
-	if f, ok := out.Item["fence"].(*types.AttributeValueMemberN); !ok || f.Value != itoa(uint64(held.Fence())) {
+	if f, ok := out.Item["fence"].(*types.AttributeValueMemberN); !ok || f.Value != held.Fence().String() {
 		t.Fatalf("fence after restart = %#v, want %d: the item did not survive", out.Item["fence"], held.Fence())
 	}
 	if _, err := other.TryAcquire(ctx, n, nil); !errors.Is(err, fencelock.ErrNotAcquired) {
@@ -92,7 +92,7 @@ func TestFaultServerKilledRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	rec.Fence = faultrec.FenceOf(uint64(held.Fence()), uint64(l.Fence()))
+	rec.Fence = faultrec.FenceOf(held.Fence(), l.Fence())
 	rec.Note = fmt.Sprintf("dynalite killed (SIGKILL) and restarted from its data dir, TTL %v: the lease kept renewing through the restart; another client was refused", ttl)
 	if l.Fence() <= held.Fence() {
 		t.Fatalf("fence %d after the restart, not above %d", l.Fence(), held.Fence())
@@ -160,7 +160,7 @@ func TestFaultServerUnreachable(t *testing.T) {
 	}
 	defer r.l.Release(ctx)
 	rec.WaitGranted, rec.WaitFrom = r.at.Sub(pausedAt), "SIGSTOP"
-	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(r.l.Fence()))
+	rec.Fence = faultrec.FenceOf(l.Fence(), r.l.Fence())
 	rec.SecondHolder = faultrec.OverlapOf(!r.at.After(lostAt) || !r.at.After(vu))
 	rec.Note = fmt.Sprintf("the only server frozen (SIGSTOP) mid-hold, TTL %v: the lease ended at its ValidUntil, %v after the freeze; the server resumed after %v and the waiter was granted after watching the version for a lease", ttl, lostAt.Sub(pausedAt).Round(time.Millisecond), resumedAfter.Round(time.Millisecond))
 	if !r.at.After(lostAt) || !r.at.After(vu) {
@@ -190,7 +190,7 @@ func frozenChild(spec string) {
 		fmt.Println("ERROR", err)
 		return
 	}
-	fmt.Println("HELD", uint64(l.Fence()))
+	fmt.Println("HELD", l.Fence())
 	<-l.Done()
 	fmt.Println("LOST", errors.Is(l.Err(), fencelock.ErrLeaseLost))
 	fmt.Println("EXTEND", errors.Is(l.Extend(ctx, 0), fencelock.ErrLeaseLost))
@@ -246,7 +246,8 @@ func TestFaultHolderFrozen(t *testing.T) {
 		}
 		return ""
 	}
-	childFence, _ := strconv.ParseUint(next("HELD"), 10, 64)
+	cf, _ := strconv.ParseUint(next("HELD"), 10, 64)
+	childFence := fencelock.Fence(cf)
 	var res guard.Counter
 	if _, err := res.Claim(ctx, childFence); err != nil {
 		t.Fatal(err)
@@ -265,18 +266,18 @@ func TestFaultHolderFrozen(t *testing.T) {
 	defer l.Release(ctx)
 	took := time.Since(start)
 	rec.WaitGranted, rec.WaitFrom = time.Since(stopped), "SIGSTOP"
-	rec.Fence = faultrec.FenceOf(childFence, uint64(l.Fence()))
+	rec.Fence = faultrec.FenceOf(childFence, l.Fence())
 	if took < 600*time.Millisecond {
 		t.Fatalf("waiter took over %v after its first read, before the 600ms lease", took)
 	}
-	if l.Fence() <= fencelock.Fence(childFence) {
+	if l.Fence() <= childFence {
 		t.Fatalf("waiter's fence %d not above the frozen holder's %d", l.Fence(), childFence)
 	}
-	v, err := res.Claim(ctx, uint64(l.Fence()))
+	v, err := res.Claim(ctx, l.Fence())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := res.WriteClaimed(ctx, uint64(l.Fence()), v+1); err != nil {
+	if err := res.WriteClaimed(ctx, l.Fence(), v+1); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Until(stopped.Add(1200 * time.Millisecond))) // the freeze lasts 2×TTL

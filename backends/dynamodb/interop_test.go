@@ -192,7 +192,7 @@ func TestForeignItemLayout(t *testing.T) {
 	if it["isReleased"] != nil {
 		t.Errorf("isReleased present on a held lock: %v", it["isReleased"])
 	}
-	if f, ok := it["fence"].(*types.AttributeValueMemberN); !ok || f.Value != itoa(uint64(l.Fence())) {
+	if f, ok := it["fence"].(*types.AttributeValueMemberN); !ok || f.Value != l.Fence().String() {
 		t.Errorf("fence = %#v, want N %d", it["fence"], l.Fence())
 	}
 	rvn := s("recordVersionNumber")

@@ -57,6 +57,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // The item layout: the AWS DynamoDB Lock Client's attribute names and
@@ -139,9 +141,9 @@ type lockItem struct {
 	rvn      string
 	lease    time.Duration
 	released bool
-	fence    uint64   // 0 when the item has no fence (written by another client)
-	queue    []string // waitQueue entries, first in line first
-	label    string   // "" when the item has none (written by another client)
+	fence    driver.Fence // 0 when the item has no fence (written by another client)
+	queue    []string     // waitQueue entries, first in line first
+	label    string       // "" when the item has none (written by another client)
 }
 
 // malformedError says which attribute of a foreign item is missing or
@@ -207,7 +209,7 @@ func parseItem(key string, item map[string]types.AttributeValue) (lockItem, erro
 		if err != nil {
 			return it, &malformedError{key, attrFence, fmt.Sprintf("a malformed (%q)", nv.Value)}
 		}
-		it.fence = f
+		it.fence = driver.Fence(f)
 	}
 	if v, ok := item[attrLabel].(*types.AttributeValueMemberS); ok {
 		it.label = v.Value
@@ -247,7 +249,7 @@ func parseLease(s string) (time.Duration, error) {
 }
 
 // fenceFrom reads the fence from the attributes an UpdateItem returned.
-func fenceFrom(attrs map[string]types.AttributeValue) (uint64, error) {
+func fenceFrom(attrs map[string]types.AttributeValue) (driver.Fence, error) {
 	v, ok := attrs[attrFence].(*types.AttributeValueMemberN)
 	if !ok {
 		return 0, fmt.Errorf("the acquire write returned no numeric %q attribute (got %v)", attrFence, attrs[attrFence])
@@ -256,5 +258,5 @@ func fenceFrom(attrs map[string]types.AttributeValue) (uint64, error) {
 	if err != nil || f == 0 {
 		return 0, fmt.Errorf("the acquire write returned a malformed %q %q", attrFence, v.Value)
 	}
-	return f, nil
+	return driver.Fence(f), nil
 }

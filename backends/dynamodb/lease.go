@@ -23,7 +23,7 @@ type lease struct {
 	b     *backend
 	key   string
 	owner string
-	fence uint64
+	fence driver.Fence
 	epoch int64 // backend.cut when granted (KillSessions)
 
 	mu   sync.Mutex
@@ -36,11 +36,11 @@ var (
 	_ driver.GrantedTTLer = (*lease)(nil)
 )
 
-func (b *backend) newLease(req driver.AcquireRequest, owner, rvn string, fence uint64) *lease {
+func (b *backend) newLease(req driver.AcquireRequest, owner, rvn string, fence driver.Fence) *lease {
 	return &lease{b: b, key: req.Name, owner: owner, fence: fence, epoch: b.cut.Load(), rvns: []string{rvn}, ttl: req.TTL}
 }
 
-func (l *lease) Fence() uint64 { return l.fence }
+func (l *lease) Fence() driver.Fence { return l.fence }
 
 // GrantedTTL is how long another client may have to wait for this lock
 // once it is abandoned: a waiter takes it after watching its version

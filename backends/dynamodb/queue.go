@@ -93,7 +93,7 @@ const (
 
 // entryLapse is the lapse time of the entry of a waiter that asks for a
 // lease of ttl: its TTL, at most maxLapse.
-func entryLapse(ttl time.Duration) time.Duration { return min(max(ttl, MinTTL), maxLapse) }
+func entryLapse(ttl time.Duration) time.Duration { return min(max(ttl, minTTL), maxLapse) }
 
 // formatEntry is a queue entry: "<token> <refresh count> <lapse ms>".
 // Every refresh writes a new one (the count goes up).

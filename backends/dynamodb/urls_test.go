@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -105,7 +106,7 @@ func TestCapabilities(t *testing.T) {
 	d := testserver.StartDynalite(t)
 	caps := open(t, d.URL(), nil).Capabilities()
 	if caps.Backend != "dynamodb" || caps.Fence != driver.FenceStrict || caps.TimeAuthority != driver.TimeClient ||
-		caps.Wait != driver.WaitPoll || caps.MinTTL != dynamodb.MinTTL || caps.FIFO {
+		caps.Wait != driver.WaitPoll || caps.MinTTL != 100*time.Millisecond || caps.FIFO {
 		t.Errorf("capabilities %+v", caps)
 	}
 	mixed := open(t, d.URL()+"&mixed_fleet=true", nil).Capabilities()

@@ -170,7 +170,7 @@ func TestStockEtcdMinTTL(t *testing.T) {
 func TestGrantedTTLReported(t *testing.T) {
 	e := testserver.StartStockEtcd(t)
 	cli := newClientv3(t, e.Endpoint)
-	c := NewWithConfig(cli, &Config{MinTTL: time.Second}, nil) // deliberately below the server's 2 s
+	c := mustNew(t, cli, &Config{MinTTL: time.Second}, nil) // deliberately below the server's 2 s
 	defer c.Close()
 	l, err := c.TryAcquire(t.Context(), "granted", &fencelock.AcquireOptions{TTL: time.Second, AutoRenew: fencelock.Bool(false)})
 	if err != nil {

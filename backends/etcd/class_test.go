@@ -18,7 +18,7 @@ import (
 // it called (validity counts from it): never one already in flight.
 func TestRefreshSentAfterCall(t *testing.T) {
 	cli, rc := countedClient(t, -1)
-	c := NewWithConfig(cli, nil, nil)
+	c := mustNew(t, cli, nil, nil)
 	defer c.Close()
 	b := backendOf(t, c)
 	cls, err := b.classFor(t.Context(), 2)

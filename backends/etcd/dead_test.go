@@ -27,7 +27,7 @@ func deadClient(t *testing.T, releaseTimeout time.Duration) (*fencelock.Client, 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
-	c := New(cli, &fencelock.Options{ReleaseTimeout: releaseTimeout})
+	c := mustNew(t, cli, nil, &fencelock.Options{ReleaseTimeout: releaseTimeout})
 	t.Cleanup(func() { _ = c.Close() })
 	l, err := c.TryAcquire(t.Context(), "job", &fencelock.AcquireOptions{TTL: time.Minute})
 	if err != nil {

@@ -34,7 +34,7 @@ func TestElectionInterop(t *testing.T) {
 	defer s.Close()
 	native := concurrency.NewElection(s, LockPrefix(e.keyPrefix, "leader"))
 	resp, err := native.Leader(ctx)
-	if err != nil || string(resp.Kvs[0].Value) != "node-a" || uint64(resp.Kvs[0].CreateRevision) != uint64(term.Fence()) {
+	if err != nil || string(resp.Kvs[0].Value) != "node-a" || resp.Kvs[0].CreateRevision != term.Fence().Int64() {
 		t.Fatalf("etcd Election.Leader: %v, %v; want node-a at revision %d", resp, err, term.Fence())
 	}
 	if err := term.Proclaim(ctx, "node-a2"); err != nil {

@@ -114,15 +114,22 @@ type Config struct {
 }
 
 // New returns a Client that keeps its locks in etcd through cli. The caller
-// keeps ownership of cli: closing the Client does not close cli. opts may
-// be nil.
-func New(cli *clientv3.Client, opts *fencelock.Options) *fencelock.Client {
-	return NewWithConfig(cli, nil, opts)
-}
-
-// NewWithConfig is New with backend settings. cfg and opts may be nil.
-func NewWithConfig(cli *clientv3.Client, cfg *Config, opts *fencelock.Options) *fencelock.Client {
-	return fencelock.New(newBackend(cli, cfg, false), opts)
+// keeps ownership of cli: closing the Client does not close cli. cfg and
+// opts may be nil (nil cfg: the defaults Config documents). New does no
+// I/O; a nil cli or a negative Config duration is an error matching
+// fencelock.ErrInvalid.
+func New(cli *clientv3.Client, cfg *Config, opts *fencelock.Options) (*fencelock.Client, error) {
+	var err error
+	switch {
+	case cli == nil:
+		err = fmt.Errorf("%w: etcd.New with a nil etcd client", fencelock.ErrInvalid)
+	case cfg != nil && (cfg.RequestTimeout < 0 || cfg.MinTTL < 0):
+		err = fmt.Errorf("%w: etcd.New: negative Config.RequestTimeout or Config.MinTTL", fencelock.ErrInvalid)
+	}
+	if err != nil {
+		return nil, &fencelock.Error{Op: "open", Backend: capabilities.Backend, Err: err}
+	}
+	return fencelock.New(newBackend(cli, cfg, false), opts), nil
 }
 
 // LockPrefix returns the etcd key prefix of the lock with store key key

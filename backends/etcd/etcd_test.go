@@ -274,3 +274,13 @@ func TestTTLSeconds(t *testing.T) {
 		}
 	}
 }
+
+// mustNew is New, failing tb on an error.
+func mustNew(tb testing.TB, cli *clientv3.Client, cfg *Config, opts *fencelock.Options) *fencelock.Client {
+	tb.Helper()
+	c, err := New(cli, cfg, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}

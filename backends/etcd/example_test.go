@@ -23,7 +23,10 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer cli.Close()
-	locks := etcd.NewWithConfig(cli, &etcd.Config{KeyPrefix: "locks/"}, nil)
+	locks, err := etcd.New(cli, &etcd.Config{KeyPrefix: "locks/"}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer locks.Close()
 
 	lease, err := locks.Acquire(ctx, "nightly-report", &fencelock.AcquireOptions{TTL: 10 * time.Second})

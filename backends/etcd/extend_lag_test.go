@@ -90,7 +90,7 @@ func laggingWatchClient(t *testing.T, kp string) (*fencelock.Client, *backend, *
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := NewWithConfig(cli, &Config{KeyPrefix: kp}, nil)
+	c := mustNew(t, cli, &Config{KeyPrefix: kp}, nil)
 	t.Cleanup(func() {
 		g.release()
 		_ = c.Close()

@@ -83,7 +83,7 @@ func TestLeaderKillWhileHeldAndQueued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := res.Claim(ctx, uint64(lh.Fence()))
+	v, err := res.Claim(ctx, lh.Fence())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestLeaderKillWhileHeldAndQueued(t *testing.T) {
 	if err := lh.Extend(ctx, 0); err != nil {
 		t.Fatalf("holder's Extend after the election: %v", err)
 	}
-	if err := res.WriteClaimed(ctx, uint64(lh.Fence()), v+1); err != nil {
+	if err := res.WriteClaimed(ctx, lh.Fence(), v+1); err != nil {
 		t.Fatalf("holder's write after the election: %v", err)
 	}
 	select {
@@ -140,11 +140,11 @@ func TestLeaderKillWhileHeldAndQueued(t *testing.T) {
 			default:
 			}
 		}
-		v, err := res.Claim(ctx, uint64(g.l.Fence()))
+		v, err := res.Claim(ctx, g.l.Fence())
 		if err != nil {
 			t.Fatalf("waiter %d's claim with fence %d: %v", i+1, g.l.Fence(), err)
 		}
-		if err := res.WriteClaimed(ctx, uint64(g.l.Fence()), v+1); err != nil {
+		if err := res.WriteClaimed(ctx, g.l.Fence(), v+1); err != nil {
 			t.Fatalf("waiter %d's write: %v", i+1, err)
 		}
 		fences = append(fences, g.l.Fence())
@@ -155,7 +155,7 @@ func TestLeaderKillWhileHeldAndQueued(t *testing.T) {
 	if got, _ := res.Read(ctx); got != 3 {
 		t.Fatalf("counter %d after three guarded increments, want 3", got)
 	}
-	rec.Fence = faultrec.FenceOf(uint64(fences[0]), uint64(fences[1]))
+	rec.Fence = faultrec.FenceOf(fences[0], fences[1])
 	if fences[2] <= fences[1] {
 		rec.Fence = faultrec.FenceRepeated
 	}
@@ -212,9 +212,9 @@ func TestLeaderKillUnderContention(t *testing.T) {
 				for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
 				}
 				f := l.Fence()
-				v, err := res.Claim(ctx, uint64(f))
+				v, err := res.Claim(ctx, f)
 				if err == nil {
-					err = res.WriteClaimed(ctx, uint64(f), v+1)
+					err = res.WriteClaimed(ctx, f, v+1)
 				}
 				mu.Lock()
 				if f <= lastFence {
@@ -308,7 +308,7 @@ func TestPartitionedClientLosesLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := res.Claim(ctx, uint64(lp.Fence()))
+	v, err := res.Claim(ctx, lp.Fence())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func TestPartitionedClientLosesLease(t *testing.T) {
 	}
 	defer g.l.Release(ctx)
 	rec.WaitGranted, rec.WaitFrom = grantedAt.Sub(paused), "partition"
-	rec.Fence = faultrec.FenceOf(uint64(lp.Fence()), uint64(g.l.Fence()))
+	rec.Fence = faultrec.FenceOf(lp.Fence(), g.l.Fence())
 	rec.SecondHolder = faultrec.OverlapOf(!grantedAt.After(lp.ValidUntil()))
 	if vu := lp.ValidUntil(); !grantedAt.After(vu) {
 		t.Fatalf("waiter granted %v before the partitioned holder's lease ran out: two holders", vu.Sub(grantedAt))
@@ -350,15 +350,15 @@ func TestPartitionedClientLosesLease(t *testing.T) {
 	if g.l.Fence() <= lp.Fence() {
 		t.Fatalf("waiter's fence %d not above the partitioned holder's %d", g.l.Fence(), lp.Fence())
 	}
-	wv, err := res.Claim(ctx, uint64(g.l.Fence()))
+	wv, err := res.Claim(ctx, g.l.Fence())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := res.WriteClaimed(ctx, uint64(g.l.Fence()), wv+1); err != nil {
+	if err := res.WriteClaimed(ctx, g.l.Fence(), wv+1); err != nil {
 		t.Fatal(err)
 	}
 	// The partitioned holder wakes up and writes anyway: refused.
-	if err := res.WriteClaimed(ctx, uint64(lp.Fence()), v+100); !errors.Is(err, guard.ErrStale) {
+	if err := res.WriteClaimed(ctx, lp.Fence(), v+100); !errors.Is(err, guard.ErrStale) {
 		rec.SecondHolder = faultrec.OverlapFound
 		t.Fatalf("stale holder's write: %v, want guard.ErrStale", err)
 	}

@@ -49,7 +49,7 @@ func (b *backend) Inspect(ctx context.Context, name string) (driver.LockInfo, er
 		return driver.LockInfo{Waiters: 0}, nil
 	}
 	kv := first[0]
-	info := driver.LockInfo{Held: true, Label: string(kv.Value), Fence: uint64(kv.CreateRevision), Waiters: int(max(count-1, 0))}
+	info := driver.LockInfo{Held: true, Label: string(kv.Value), Fence: driver.Fence(kv.CreateRevision), Waiters: int(max(count-1, 0))}
 	if kv.Lease != 0 {
 		ttl, err := b.cli.TimeToLive(rctx, clientv3.LeaseID(kv.Lease))
 		if err != nil {

@@ -77,7 +77,7 @@ func (l *lease) As(target any) bool {
 	return true
 }
 
-func (l *lease) Fence() uint64 { return uint64(l.rev) }
+func (l *lease) Fence() driver.Fence { return driver.Fence(l.rev) }
 
 // OnLost implements driver.LossNotifier: no goroutine per lease.
 func (l *lease) OnLost(f func()) (stop func() bool) { return context.AfterFunc(l.lostCtx, f) }

@@ -275,9 +275,9 @@ func TestHandoffSendsNoRequest(t *testing.T) {
 	cli, rc := countedClient(t, -1)
 	srv := sharedEtcd(t, 1) // the same server
 	kp := fmt.Sprintf("handoff-%d/", time.Now().UnixNano())
-	w := NewWithConfig(cli, &Config{KeyPrefix: kp}, nil)
+	w := mustNew(t, cli, &Config{KeyPrefix: kp}, nil)
 	defer w.Close()
-	h := NewWithConfig(newClientv3(t, srv.Endpoints()...), &Config{KeyPrefix: kp}, nil)
+	h := mustNew(t, newClientv3(t, srv.Endpoints()...), &Config{KeyPrefix: kp}, nil)
 	defer h.Close()
 	o := &fencelock.AcquireOptions{TTL: 30 * time.Second}
 	for i := range 3 {
@@ -525,13 +525,13 @@ func TestQueuedHandoffSendsNoRequest(t *testing.T) {
 	cli, rc := countedClient(t, -1)
 	srv := sharedEtcd(t, 1)
 	kp := fmt.Sprintf("qhandoff-%d/", time.Now().UnixNano())
-	w := NewWithConfig(cli, &Config{KeyPrefix: kp}, nil)
+	w := mustNew(t, cli, &Config{KeyPrefix: kp}, nil)
 	defer w.Close()
 	o := &fencelock.AcquireOptions{TTL: 30 * time.Second}
 	const ahead = 3
 	others := make([]*fencelock.Client, ahead)
 	for i := range others {
-		others[i] = NewWithConfig(newClientv3(t, srv.Endpoints()...), &Config{KeyPrefix: kp}, nil)
+		others[i] = mustNew(t, newClientv3(t, srv.Endpoints()...), &Config{KeyPrefix: kp}, nil)
 		defer others[i].Close()
 	}
 	raw := newClientv3(t, srv.Endpoints()...)

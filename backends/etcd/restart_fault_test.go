@@ -75,7 +75,7 @@ func TestFaultServerRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l2.Release(ctx)
-	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(l2.Fence()))
+	rec.Fence = faultrec.FenceOf(l.Fence(), l2.Fence())
 	rec.Note = fmt.Sprintf("single-member etcd killed (SIGKILL) and restarted from its data dir, TTL %v: serving again %v after the kill; the holder renewed %v after the kill and kept its lease; another client was refused",
 		ttl, started.Round(time.Millisecond), renewed.Round(time.Millisecond))
 	if l2.Fence() <= l.Fence() {

@@ -148,7 +148,7 @@ func (s countingStream) SendMsg(m any) error {
 func holdMany(tb testing.TB, n int, ttl time.Duration) (conformance.HoldManyResult, *rpcCounter) {
 	tb.Helper()
 	cli, rc := countedClient(tb, int64(n))
-	c := NewWithConfig(cli, &Config{KeyPrefix: "scale/"}, nil)
+	c := mustNew(tb, cli, &Config{KeyPrefix: "scale/"}, nil)
 	defer c.Close()
 	r, err := conformance.HoldMany(context.Background(), c, "many", n, ttl, 3*ttl)
 	if err != nil {
@@ -225,7 +225,7 @@ func BenchmarkHold10000(b *testing.B) {
 // and Unlock: no keepalive, grant, revoke or read of their own.
 func TestAcquireReleaseRPCs(t *testing.T) {
 	cli, rc := countedClient(t, -1)
-	c := NewWithConfig(cli, &Config{KeyPrefix: "rpcs/"}, nil)
+	c := mustNew(t, cli, &Config{KeyPrefix: "rpcs/"}, nil)
 	defer c.Close()
 	o := &fencelock.AcquireOptions{TTL: 30 * time.Second}
 	l, err := c.Acquire(t.Context(), "warm-up", o) // grants the class, starts the watch
@@ -268,7 +268,7 @@ func TestAcquireReleaseRPCs(t *testing.T) {
 // driver.TimedTryAcquirer); no other RPC.
 func TestTryAcquireReleaseRPCs(t *testing.T) {
 	cli, rc := countedClient(t, -1)
-	c := NewWithConfig(cli, &Config{KeyPrefix: "try-rpcs/"}, nil)
+	c := mustNew(t, cli, &Config{KeyPrefix: "try-rpcs/"}, nil)
 	defer c.Close()
 	o := &fencelock.AcquireOptions{TTL: 30 * time.Second, AutoRenew: fencelock.Bool(false)}
 	cycle := func() {

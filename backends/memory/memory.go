@@ -31,13 +31,19 @@ var capabilities = driver.Capabilities{
 	},
 }
 
-// New returns a Client on store s (a new empty Store if s is nil).
-// opts may be nil.
-func New(s *Store, opts *fencelock.Options) *fencelock.Client {
+// Config configures the mem:// backend beyond fencelock.Options. It has no
+// settings yet; nil is the default.
+type Config struct{}
+
+// New returns a Client on store s (a new empty Store if s is nil). cfg and
+// opts may be nil. The error is always nil: New has the shape of every
+// backend's New, so that code written against memory in tests takes
+// another backend's client unchanged.
+func New(s *Store, cfg *Config, opts *fencelock.Options) (*fencelock.Client, error) {
 	if s == nil {
 		s = NewStore()
 	}
-	return fencelock.New(newBackend(s), opts)
+	return fencelock.New(newBackend(s), opts), nil
 }
 
 // NewDriver returns the mem:// driver on store s (a new Store if nil), for
@@ -111,11 +117,11 @@ func (b *backend) As(target any) bool {
 type lease struct {
 	s           *Store
 	name, token string
-	fence       uint64
+	fence       driver.Fence
 	lost        context.Context // cancelled when the store drops the lock
 }
 
-func (l *lease) Fence() uint64 { return l.fence }
+func (l *lease) Fence() driver.Fence { return l.fence }
 
 func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {

@@ -249,10 +249,10 @@ func (b *rpcBackend) Close() error {
 type rpcLease struct {
 	b           *rpcBackend
 	name, token string
-	fence       uint64
+	fence       driver.Fence
 }
 
-func (l *rpcLease) Fence() uint64 { return l.fence }
+func (l *rpcLease) Fence() driver.Fence { return l.fence }
 
 func (l *rpcLease) Extend(ctx context.Context, ttl time.Duration) error {
 	return l.result(l.b.call(ctx, "Extend", wire.Args{Name: l.name, Token: l.token, TTL: ttl}))

@@ -13,7 +13,10 @@ import (
 // callback, renewals run on timers), and auto-renew keeps every one held
 // for three TTLs. The full 10,000 run is BenchmarkHold10000.
 func TestHoldManyLeases(t *testing.T) {
-	c := memory.New(nil, nil)
+	c, err := memory.New(nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer c.Close()
 	// 250 renewals/s: room for a CI machine whose 2 cores are busy with
 	// other packages' tests under -race.
@@ -29,7 +32,10 @@ func TestHoldManyLeases(t *testing.T) {
 }
 
 func BenchmarkHold10000(b *testing.B) {
-	c := memory.New(nil, nil)
+	c, err := memory.New(nil, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
 	defer c.Close()
 	for b.Loop() {
 		r, err := conformance.HoldMany(context.Background(), c, "many", 10000, time.Second, 3*time.Second)

@@ -16,7 +16,7 @@ import (
 type Store struct {
 	mu     sync.Mutex
 	locks  map[string]*entry
-	fences map[string]uint64
+	fences map[string]driver.Fence
 	freed  map[string]chan struct{} // closed (and dropped) when the name is freed
 }
 
@@ -24,7 +24,7 @@ type entry struct {
 	session Session
 	token   string
 	label   string
-	fence   uint64
+	fence   driver.Fence
 	expires time.Time
 	timer   *time.Timer
 	// lost is cancelled when the store drops the lock (not on release); a
@@ -36,7 +36,7 @@ type entry struct {
 
 // NewStore returns an empty Store.
 func NewStore() *Store {
-	return &Store{locks: map[string]*entry{}, fences: map[string]uint64{}, freed: map[string]chan struct{}{}}
+	return &Store{locks: map[string]*entry{}, fences: map[string]driver.Fence{}, freed: map[string]chan struct{}{}}
 }
 
 // Session identifies one mem:// client's locks in its Store (see
@@ -60,7 +60,7 @@ func (s *Store) KillSession(session Session) int {
 	return n
 }
 
-func (s *Store) tryAcquire(session Session, name, token, label string, ttl time.Duration) (uint64, context.Context, error) {
+func (s *Store) tryAcquire(session Session, name, token, label string, ttl time.Duration) (driver.Fence, context.Context, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.locks[name]; e != nil {
@@ -115,7 +115,7 @@ func (s *Store) Expire(name string) bool {
 }
 
 // Holder returns the token and fence holding name, if any.
-func (s *Store) Holder(name string) (token string, fence uint64, held bool) {
+func (s *Store) Holder(name string) (token string, fence driver.Fence, held bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.locks[name]; e != nil {
@@ -128,7 +128,7 @@ func (s *Store) Holder(name string) (token string, fence uint64, held bool) {
 type Info struct {
 	Held      bool
 	Label     string
-	Fence     uint64
+	Fence     driver.Fence
 	Remaining time.Duration
 }
 

@@ -131,7 +131,7 @@ func TestWaitersDoNotStarveOtherNames(t *testing.T) {
 	}
 	wctx, cancel := context.WithCancel(e.ctx)
 	var wg sync.WaitGroup
-	granted := make(chan uint64, 4)
+	granted := make(chan fencelock.Fence, 4)
 	for range 4 {
 		wg.Go(func() {
 			l, err := c.Acquire(wctx, busy, &fencelock.AcquireOptions{TTL: 30 * time.Second})
@@ -139,7 +139,7 @@ func TestWaitersDoNotStarveOtherNames(t *testing.T) {
 				t.Errorf("waiter: %v", err)
 				return
 			}
-			granted <- uint64(l.Fence())
+			granted <- l.Fence()
 			_ = l.Release(wctx)
 		})
 	}
@@ -177,7 +177,7 @@ func TestWaitersDoNotStarveOtherNames(t *testing.T) {
 	if err := hl.Release(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	prev := uint64(hl.Fence())
+	prev := hl.Fence()
 	for i := range 4 {
 		select {
 		case f := <-granted:
@@ -255,7 +255,7 @@ func TestLeaseAsTx(t *testing.T) {
 	// With the fence flush on (the default), the fence is the ID of the
 	// durable transaction the session committed just before the lease's
 	// transaction began, while it held the lock: below the lease's own ID.
-	if txid, err := strconv.ParseUint(id, 10, 64); err != nil || uint64(l.Fence()) >= txid {
+	if txid, err := strconv.ParseUint(id, 10, 64); err != nil || l.Fence() >= fencelock.Fence(txid) {
 		t.Fatalf("statement ran in transaction %s, the lease's fence is %s: want a fence below it", id, l.Fence())
 	}
 	if l.As(new(int)) || l.As(nil) {

@@ -42,8 +42,8 @@
 // [driver.FenceStrict]. With fence_flush=false it is the lease
 // transaction's ID, which a crash can repeat: [driver.FenceBestEffort]. The
 // TTL is enforced by the server: idle_in_transaction_session_timeout is set
-// to it, and a renewal is one statement on the lease's connection. [MinTTL]
-// is 10 ms, [MaxTTL] about 24.8 days. Blocked Acquires wait in the server's
+// to it, and a renewal is one statement on the lease's connection. The minimum
+// TTL is 10 ms, [MaxTTL] about 24.8 days. Blocked Acquires wait in the server's
 // own lock queue (FIFO) and are granted the moment the holder commits.
 //
 // # A broken connection

@@ -33,7 +33,10 @@ func Example() {
 		panic(err)
 	}
 	defer pool.Close()
-	locks := pgadvisory.New(pool, nil) // or fencelock.Open(ctx, "postgres://...")
+	locks, err := pgadvisory.New(pool, nil, nil) // or fencelock.Open(ctx, "postgres://...")
+	if err != nil {
+		panic(err)
+	}
 	defer locks.Close()
 
 	l, err := locks.Acquire(ctx, "nightly-report", &fencelock.AcquireOptions{TTL: 10 * time.Second})
@@ -67,7 +70,10 @@ func ExampleTx() {
 		INSERT INTO example_accounts VALUES (1, 100)`); err != nil {
 		panic(err)
 	}
-	locks := pgadvisory.New(pool, nil)
+	locks, err := pgadvisory.New(pool, nil, nil)
+	if err != nil {
+		panic(err)
+	}
 	defer locks.Close()
 
 	l, err := locks.Acquire(ctx, "account/1", nil)

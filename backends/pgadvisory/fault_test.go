@@ -141,7 +141,7 @@ func TestTerminatedHolder(t *testing.T) {
 	}
 	defer r.l.Release(e.ctx)
 	rec.WaitGranted, rec.WaitFrom = r.at.Sub(killed), "pg_terminate_backend"
-	rec.Fence = faultrec.FenceOf(uint64(l1.Fence()), uint64(r.l.Fence()))
+	rec.Fence = faultrec.FenceOf(l1.Fence(), r.l.Fence())
 	rec.Note = fmt.Sprintf("the holder's server session killed (pg_terminate_backend), TTL 30s: the lease reported lost %v after, the waiter queued in the server granted at once", lostAfter.Round(time.Millisecond))
 	if r.l.Fence() <= l1.Fence() {
 		t.Fatalf("waiter's fence %d not above the killed holder's %d", r.l.Fence(), l1.Fence())

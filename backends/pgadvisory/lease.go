@@ -25,7 +25,7 @@ type lease struct {
 	b     *backend
 	key   string // store key (prefix + name)
 	lock  int64  // advisory lock key, Key(key)
-	fence uint64
+	fence driver.Fence
 
 	sem chan struct{} // 1 slot: held while a statement runs on pc
 	// lost is cancelled when the store dropped the lease (a context, so
@@ -59,14 +59,14 @@ var (
 	_ driver.Aser         = (*lease)(nil)
 )
 
-func newLease(b *backend, pc *pgxpool.Conn, key string, lock int64, fence uint64, ms int64, sent time.Time) *lease {
+func newLease(b *backend, pc *pgxpool.Conn, key string, lock int64, fence driver.Fence, ms int64, sent time.Time) *lease {
 	l := &lease{b: b, key: key, lock: lock, fence: fence, pc: pc, ms: ms, renewed: sent,
 		sem: make(chan struct{}, 1), conn: pc.Conn(), nc: pc.Conn().PgConn().Conn()}
 	l.lost, l.markLost = context.WithCancel(context.Background())
 	return l
 }
 
-func (l *lease) Fence() uint64 { return l.fence }
+func (l *lease) Fence() driver.Fence { return l.fence }
 
 // OnLost implements driver.LossNotifier, without a goroutine per lease:
 // f runs when the lease's connection was found dead or its transaction

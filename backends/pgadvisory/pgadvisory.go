@@ -84,11 +84,11 @@ import (
 	"github.com/fencelock/fencelock/driver"
 )
 
-// MinTTL is the shortest lease TTL accepted. PostgreSQL keeps the idle
+// minTTL is the shortest lease TTL accepted. PostgreSQL keeps the idle
 // timeout in milliseconds and fires it from a timer, exactly enough; but a
 // lease renews at TTL/3 with a round trip on its connection and ends locally
 // 2 ms + 1% before its TTL, so below 10 ms one scheduling hiccup costs it.
-const MinTTL = 10 * time.Millisecond
+const minTTL = 10 * time.Millisecond
 
 // MaxTTL is the longest lease TTL accepted: the largest
 // idle_in_transaction_session_timeout, 2³¹−1 ms (about 24.8 days).
@@ -131,20 +131,24 @@ type Config struct {
 const DefaultConnTimeout = 5 * time.Second
 
 // New returns a Client that takes its locks in the PostgreSQL database of
-// pool. opts may be nil. New panics if pool is nil.
+// pool. cfg and opts may be nil (nil cfg: the defaults Config documents).
+// New does no I/O; a nil pool or a negative Config field is an error
+// matching fencelock.ErrInvalid.
 //
 // The Client does not own pool: Client.Close ends the Client's leases and
 // goroutines, but leaves pool open for the caller to close after it.
-func New(pool *pgxpool.Pool, opts *fencelock.Options) *fencelock.Client {
-	return NewWithConfig(pool, nil, opts)
-}
-
-// NewWithConfig is New with backend settings; cfg may be nil.
-func NewWithConfig(pool *pgxpool.Pool, cfg *Config, opts *fencelock.Options) *fencelock.Client {
-	if pool == nil {
-		panic("fencelock/backends/pgadvisory: New with a nil pgxpool.Pool")
+func New(pool *pgxpool.Pool, cfg *Config, opts *fencelock.Options) (*fencelock.Client, error) {
+	var err error
+	switch {
+	case pool == nil:
+		err = fmt.Errorf("%w: pgadvisory.New with a nil pgxpool.Pool", fencelock.ErrInvalid)
+	case cfg != nil && (cfg.ConnTimeout < 0 || cfg.MaxWaitConns < 0):
+		err = fmt.Errorf("%w: pgadvisory.New: negative Config.ConnTimeout or Config.MaxWaitConns", fencelock.ErrInvalid)
 	}
-	return fencelock.New(newBackend(pool, false, cfg), opts)
+	if err != nil {
+		return nil, &fencelock.Error{Op: "open", Backend: "pgadvisory", Err: err}
+	}
+	return fencelock.New(newBackend(pool, false, cfg), opts), nil
 }
 
 // backend is the driver. It implements driver.Backend, driver.Blocker and
@@ -187,7 +191,7 @@ func newBackend(pool *pgxpool.Pool, owns bool, cfg *Config) *backend {
 		Backend:        "pgadvisory",
 		Fence:          driver.FenceStrict,
 		FenceSource:    "pg_current_xact_id() of a transaction committed durably (a WAL message, flushed) while the session held the lock, just before the lease's transaction began",
-		MinTTL:         MinTTL,
+		MinTTL:         minTTL,
 		TTLGranularity: time.Millisecond,
 		TimeAuthority:  driver.TimeServer,
 		Wait:           driver.WaitQueue,
@@ -632,7 +636,7 @@ func (b *backend) grant(pc *pgxpool.Conn, req driver.AcquireRequest, key int64, 
 		discard(pc)
 		return nil, fmt.Errorf("pgadvisory: pg_current_xact_id() returned %q, not a positive int64", fv)
 	}
-	l := newLease(b, pc, req.Name, key, uint64(fence), ms, sent)
+	l := newLease(b, pc, req.Name, key, driver.Fence(fence), ms, sent)
 	b.watch.add(l)
 	return l, nil
 }

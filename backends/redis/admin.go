@@ -64,7 +64,7 @@ func (b *backend) Waiters(ctx context.Context, name string) (int, error) {
 
 // StoredFence implements driver.FenceAdmin: the value of the lock's fence
 // key (GET), which the next grant's fence must exceed.
-func (b *backend) StoredFence(ctx context.Context, name string) (uint64, bool, error) {
+func (b *backend) StoredFence(ctx context.Context, name string) (driver.Fence, bool, error) {
 	v, err := b.client.Get(ctx, keysFor(name).fence).Uint64()
 	if errors.Is(err, goredis.Nil) {
 		return 0, false, nil
@@ -72,7 +72,7 @@ func (b *backend) StoredFence(ctx context.Context, name string) (uint64, bool, e
 	if err != nil {
 		return 0, false, b.fail(ctx, "admin stored fence", err)
 	}
-	return v, true, nil
+	return driver.Fence(v), true, nil
 }
 
 // DropFenceState implements driver.FenceAdmin: it deletes the lock's fence

@@ -174,7 +174,10 @@ func TestKillSessionsNeedsClientName(t *testing.T) {
 	}
 	rc := goredis.NewClient(o)
 	defer rc.Close()
-	c := redis.New(rc, nil)
+	c, err := redis.New(rc, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer c.Close()
 	err = testhelp.Admin(t, c).KillSessions(t.Context())
 	if !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), "ClientName") {

@@ -344,7 +344,10 @@ func TestAs(t *testing.T) {
 	// New takes a caller's client and leaves it open on Close.
 	own := goredis.NewClient(&goredis.Options{Addr: rc.Options().Addr})
 	defer own.Close()
-	c2 := redis.New(own, nil)
+	c2, err := redis.New(own, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := c2.Close(); err != nil {
 		t.Fatal(err)
 	}

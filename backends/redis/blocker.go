@@ -101,12 +101,12 @@ type grants interface {
 	// ready returns once a grant published for the waiter would reach it
 	// (its subscription is confirmed on the current connection), with the
 	// fence of a grant heard already (0: none).
-	ready(ctx context.Context) (uint64, error)
+	ready(ctx context.Context) (driver.Fence, error)
 	// forget drops a grant heard already (the waiter attempts again).
 	forget()
 	// await waits up to d for a grant (its fence), a release notice or a
 	// broken connection (0: attempt again).
-	await(ctx context.Context, d time.Duration) (uint64, error)
+	await(ctx context.Context, d time.Duration) (driver.Fence, error)
 	// id is the Client id the waiter queues under: grants are published on
 	// <channel>:<id>.
 	id() string
@@ -118,8 +118,8 @@ type grants interface {
 func (b *backend) block(ctx context.Context, k keys, req driver.AcquireRequest, g grants) (_ driver.Lease, _ time.Time, _ error, done bool) {
 	every := refresh(req.TTL)
 	live := liveness(every)
-	var queued time.Time // when the last attempt that left us in line was sent
-	var fence uint64     // a grant heard since
+	var queued time.Time   // when the last attempt that left us in line was sent
+	var fence driver.Fence // a grant heard since
 	for {
 		f, err := g.ready(ctx)
 		if err != nil {
@@ -163,7 +163,7 @@ type hubWait struct {
 	msgs, epoch uint64 // what mark saw before the last attempt
 }
 
-func (h *hubWait) ready(ctx context.Context) (uint64, error) {
+func (h *hubWait) ready(ctx context.Context) (driver.Fence, error) {
 	var err error
 	if h.msgs, h.epoch, err = h.hub.mark(ctx, h.w); err != nil {
 		return 0, err
@@ -173,7 +173,7 @@ func (h *hubWait) ready(ctx context.Context) (uint64, error) {
 
 func (h *hubWait) forget() { h.hub.clearGrant(h.w) }
 
-func (h *hubWait) await(ctx context.Context, d time.Duration) (uint64, error) {
+func (h *hubWait) await(ctx context.Context, d time.Duration) (driver.Fence, error) {
 	if err := h.hub.awaitRelease(ctx, h.w, h.msgs, h.epoch, d); err != nil {
 		return 0, err
 	}

@@ -191,7 +191,7 @@ func TestFaultClusterFailover(t *testing.T) {
 	defer l.Release(ctx)
 	rec.Outcome = faultrec.Granted
 	rec.WaitGranted, rec.WaitFrom = time.Since(killed), "SIGKILL"
-	rec.Fence = faultrec.FenceOf(uint64(last), uint64(l.Fence()))
+	rec.Fence = faultrec.FenceOf(last, l.Fence())
 	rec.Note = fmt.Sprintf("Redis Cluster, the slot's primary killed while its replica lagged 3 grants behind: the replica was promoted %v after the kill with a stale fence counter; the time floor kept the next fence above every earlier one", promoted.Round(time.Millisecond))
 	if l.Fence() <= last {
 		t.Fatalf("fence %d after failover, not above the last %d (stale counter %d)", l.Fence(), last, staleFence)

@@ -36,8 +36,8 @@
 // missed writes) they still rise unless the new server's clock is behind
 // the old one's by more than the outage lasted.
 //
-// TTLs are rounded up to whole milliseconds; the minimum is [MinTTL]
-// (10 ms). Expiry is decided by the server's clock. A blocked Acquire
+// TTLs are rounded up to whole milliseconds; the minimum is 10 ms
+// (Capabilities().MinTTL). Expiry is decided by the server's clock. A blocked Acquire
 // waits in a line on the server and a Release hands the lock straight to
 // the first live waiter.
 //

@@ -21,7 +21,10 @@ func Example() {
 	ctx := context.Background()
 	rc := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rc.Close()
-	locks := redis.New(rc, &fencelock.Options{Prefix: "myapp:"})
+	locks, err := redis.New(rc, nil, &fencelock.Options{Prefix: "myapp:"})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer locks.Close()
 
 	lease, err := locks.Acquire(ctx, "nightly-report", &fencelock.AcquireOptions{TTL: 10 * time.Second, Wait: time.Minute})

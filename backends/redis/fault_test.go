@@ -129,7 +129,7 @@ func TestFaultServerPaused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l2.Release(ctx)
-	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(l2.Fence()))
+	rec.Fence = faultrec.FenceOf(l.Fence(), l2.Fence())
 	rec.Note = fmt.Sprintf("the only server frozen (SIGSTOP): the lease ended %v after the freeze, at its ValidUntil; acquires failed with the ctx error or ErrUnavailable (%v without a deadline); none left a lock after the thaw",
 		lostAt.Sub(paused).Round(time.Millisecond), took.Round(time.Millisecond))
 	if l2.Fence() <= l.Fence() {
@@ -194,7 +194,7 @@ func TestFaultRestartEmpty(t *testing.T) {
 	}
 	defer l.Release(ctx)
 	rec.WaitGranted, rec.WaitFrom = time.Since(killed), "SIGKILL"
-	rec.Fence = faultrec.FenceOf(uint64(last), uint64(l.Fence()))
+	rec.Fence = faultrec.FenceOf(last, l.Fence())
 	rec.Note = fmt.Sprintf("killed and restarted empty (no persistence): the held lease was reported lost %v after the kill (next renewal); the fence counter was gone, the time floor kept fences rising", lostAfter.Round(time.Millisecond))
 	if l.Fence() <= last {
 		t.Fatalf("fence %d after an empty restart, not above the earlier %d (a bare counter would restart at 1)", l.Fence(), last)

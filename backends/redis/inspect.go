@@ -35,7 +35,7 @@ var (
 // lock key that holds the lease's fence and label, while the lock holds
 // our token.
 func (l *lease) SetLabel(ctx context.Context, label string) error {
-	v := strconv.FormatUint(l.fence, 10) + " " + label
+	v := l.fence.String() + " " + label
 	n, err := labelScript.Run(ctx, l.b.client, []string{l.k.lock, l.k.label(l.token)}, l.token, v).Int64()
 	if err != nil {
 		return l.b.fail(ctx, "label", err)
@@ -68,7 +68,8 @@ func (b *backend) Inspect(ctx context.Context, name string) (driver.LockInfo, er
 	if len(res) > 2 {
 		if v, ok := res[2].(string); ok {
 			f, lab, _ := strings.Cut(v, " ")
-			info.Fence, _ = strconv.ParseUint(f, 10, 64)
+			v, _ := strconv.ParseUint(f, 10, 64)
+			info.Fence = driver.Fence(v)
 			info.Label = lab
 		}
 	}

@@ -158,9 +158,11 @@ type laneWait struct {
 	token string
 }
 
-func (w *laneWait) ready(ctx context.Context) (uint64, error) { return w.lane.ready(ctx, w.k, w.token) }
-func (w *laneWait) forget()                                   {} // block holds the lane's grants itself
-func (w *laneWait) await(ctx context.Context, d time.Duration) (uint64, error) {
+func (w *laneWait) ready(ctx context.Context) (driver.Fence, error) {
+	return w.lane.ready(ctx, w.k, w.token)
+}
+func (w *laneWait) forget() {} // block holds the lane's grants itself
+func (w *laneWait) await(ctx context.Context, d time.Duration) (driver.Fence, error) {
 	return w.lane.await(ctx, w.k, w.token, d)
 }
 func (w *laneWait) id() string { return w.lane.id }
@@ -183,7 +185,7 @@ func (l *lane) ended(ctx context.Context) error {
 // for token read meanwhile (0: none). An error other than ended's means
 // the lane cannot serve (the connection cannot be set up): the caller falls
 // back to the hub.
-func (l *lane) ready(ctx context.Context, k keys, token string) (uint64, error) {
+func (l *lane) ready(ctx context.Context, k keys, token string) (driver.Fence, error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -214,7 +216,7 @@ func (l *lane) ready(ctx context.Context, k keys, token string) (uint64, error) 
 	if err := ps.Ping(ctx, ping); err != nil {
 		return 0, l.fail(ctx, err)
 	}
-	var fence uint64
+	var fence driver.Fence
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, recheck)
 		if err != nil {
@@ -244,7 +246,7 @@ func (l *lane) ready(ctx context.Context, k keys, token string) (uint64, error) 
 // broke (a grant may have been lost: the caller attempts again, and the
 // attempt answers a grant made to its token). It returns an error only
 // when the wait must end (ended).
-func (l *lane) await(ctx context.Context, k keys, token string, d time.Duration) (uint64, error) {
+func (l *lane) await(ctx context.Context, k keys, token string, d time.Duration) (driver.Fence, error) {
 	l.mu.Lock()
 	ps := l.ps
 	l.mu.Unlock()
@@ -282,7 +284,7 @@ func (l *lane) await(ctx context.Context, k keys, token string, d time.Duration)
 
 // event interprets a message on the lane: a grant to token (its fence), a
 // release notice on k's channel (wake, fence 0), or neither.
-func (l *lane) event(k keys, token string, m *goredis.Message) (fence uint64, wake bool) {
+func (l *lane) event(k keys, token string, m *goredis.Message) (fence driver.Fence, wake bool) {
 	if m.Channel != k.channel && m.Channel != l.grantChannel(k.channel) {
 		return 0, false // a channel the lane left
 	}

@@ -31,7 +31,7 @@ package redis
 //   - Extend (renewal): PEXPIRE K only if it holds our token, else
 //     ErrLeaseLost.
 //
-// TTLs are rounded up to whole milliseconds; the minimum is MinTTL. Expiry
+// TTLs are rounded up to whole milliseconds; the minimum is minTTL. Expiry
 // is decided by the server's clock (Capabilities.TimeAuthority).
 //
 // Fences (internals; the package doc in doc.go has what users need).
@@ -134,13 +134,13 @@ func withGrant(script string) string {
 	return strings.Replace(script, mark, grantLua, 1)
 }
 
-// MinTTL is the shortest lease TTL the backend accepts. Redis itself keeps
+// minTTL is the shortest lease TTL the backend accepts. Redis itself keeps
 // millisecond expiries exactly (an expired key is gone to every command that
 // touches it), but the portable lease ends locally 2 ms + 1% before its TTL
 // and renews at TTL/3, so below 10 ms one scheduling hiccup or network round
 // trip under load costs the lease. 10 ms is the floor where the local
 // validity window (about 7.9 ms) still spans several loopback round trips.
-const MinTTL = 10 * time.Millisecond
+const minTTL = 10 * time.Millisecond
 
 // cleanupTimeout bounds the abandon script TryAcquire runs, on a detached
 // context, when it cannot tell whether its acquire script ran. It is also
@@ -157,7 +157,7 @@ var capabilities = driver.Capabilities{
 	Backend:        "redis",
 	Fence:          driver.FenceTimeFloored,
 	FenceSource:    "max(stored + 1, server TIME in µs), in the same Lua script as SET NX PX; key {<lock key>}:fence, no TTL, never deleted",
-	MinTTL:         MinTTL,
+	MinTTL:         minTTL,
 	TTLGranularity: time.Millisecond,
 	TimeAuthority:  driver.TimeServer,
 	Wait:           driver.WaitQueue, // waiters queue on the server; a release hands over (see doc.go)
@@ -178,9 +178,16 @@ var capabilities = driver.Capabilities{
 	},
 }
 
+// Config configures the redis backend beyond fencelock.Options. It has no
+// settings yet (key layout and timeouts are the go-redis client's and
+// fencelock.Options'); nil is the default. It keeps New in the shape every
+// backend's New has.
+type Config struct{}
+
 // New returns a Client that keeps its locks in Redis through client: a
 // *goredis.Client for one server, a *goredis.ClusterClient for Redis Cluster
-// (or a failover client). opts may be nil. New panics if client is nil.
+// (or a failover client). cfg and opts may be nil. New does no I/O; a nil
+// client is an error matching fencelock.ErrInvalid.
 //
 // The Client does not own client: Client.Close stops the Client's own
 // pub/sub subscription and goroutines but leaves client open for the caller
@@ -188,11 +195,11 @@ var capabilities = driver.Capabilities{
 // without it go-redis bounds a call by its ReadTimeout (3s by default), not
 // by the caller's ctx, so a cancelled Acquire or a renewal past the lease's
 // validity deadline waits for that timeout before it returns.
-func New(client goredis.UniversalClient, opts *fencelock.Options) *fencelock.Client {
+func New(client goredis.UniversalClient, cfg *Config, opts *fencelock.Options) (*fencelock.Client, error) {
 	if client == nil {
-		panic("fencelock/backends/redis: New with a nil go-redis client")
+		return nil, &fencelock.Error{Op: "open", Backend: capabilities.Backend, Err: fmt.Errorf("%w: redis.New with a nil go-redis client", fencelock.ErrInvalid)}
 	}
-	return fencelock.New(newBackend(client, false), opts)
+	return fencelock.New(newBackend(client, false), opts), nil
 }
 
 // backend is the Redis driver. It implements driver.Backend,
@@ -251,12 +258,12 @@ func (b *backend) attempt(ctx context.Context, k keys, req driver.AcquireRequest
 	if res[0] <= 0 {
 		return nil, notAcquired(time.Duration(res[1]) * time.Millisecond)
 	}
-	return b.newLease(k, req, uint64(res[0]), sent), nil
+	return b.newLease(k, req, driver.Fence(res[0]), sent), nil
 }
 
 // newLease records a grant of req under fence whose TTL started no earlier
 // than sent.
-func (b *backend) newLease(k keys, req driver.AcquireRequest, fence uint64, sent time.Time) *lease {
+func (b *backend) newLease(k keys, req driver.AcquireRequest, fence driver.Fence, sent time.Time) *lease {
 	l := &lease{b: b, k: k, token: req.Token, fence: fence}
 	l.until.Store(sent.Add(req.TTL).UnixNano())
 	b.live.add(l)
@@ -359,7 +366,7 @@ type lease struct {
 	b     *backend
 	k     keys
 	token string
-	fence uint64
+	fence driver.Fence
 	until atomic.Int64 // UnixNano after which the store has surely dropped it unrenewed
 }
 
@@ -367,7 +374,7 @@ type lease struct {
 // the live set; a renewal moves it).
 func (l *lease) expired() bool { return time.Now().UnixNano() > l.until.Load() }
 
-func (l *lease) Fence() uint64 { return l.fence }
+func (l *lease) Fence() driver.Fence { return l.fence }
 
 // Extend resets the key's expiry to ttl, only while it holds our token.
 func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {

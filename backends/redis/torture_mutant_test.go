@@ -28,7 +28,7 @@ func TestTortureMutantsRedis(t *testing.T) {
 	}
 	r := testserver.StartRedis(t)
 	for _, m := range []struct{ mutant, check string }{{"", ""}, {"DoubleGrant", "overlap"}, {"NeverWakes", "liveness"}} {
-		h := &mutantRedis{addr: r.Addr(), mutant: m.mutant, rng: rand.New(rand.NewPCG(24, 99)), last: map[string]uint64{}}
+		h := &mutantRedis{addr: r.Addr(), mutant: m.mutant, rng: rand.New(rand.NewPCG(24, 99)), last: map[string]driver.Fence{}}
 		res, err := conformance.Torture(t.Context(), h, conformance.TortureOptions{Duration: 8 * time.Second, Seed: 24})
 		h.Close()
 		if err != nil {
@@ -57,7 +57,7 @@ type mutantRedis struct {
 
 	mu      sync.Mutex
 	rng     *rand.Rand
-	last    map[string]uint64 // each key's last fence granted
+	last    map[string]driver.Fence // each key's last fence granted
 	clients []*goredis.Client
 }
 
@@ -138,8 +138,8 @@ func (b *deafRedis) Acquire(ctx context.Context, req driver.AcquireRequest) (dri
 }
 
 // ghost is a second grant of a held lock: it holds nothing.
-type ghost struct{ fence uint64 }
+type ghost struct{ fence driver.Fence }
 
-func (g *ghost) Fence() uint64                               { return g.fence }
+func (g *ghost) Fence() driver.Fence                         { return g.fence }
 func (g *ghost) Extend(context.Context, time.Duration) error { return nil }
 func (g *ghost) Release(context.Context) error               { return nil }

@@ -158,10 +158,10 @@ const linger = time.Second
 // sets lock and token to take a grant handed to it by a release.
 type waiter struct {
 	channel string
-	lock    string // the lock key: a message equal to it is a release notice
-	token   string // a queued Acquire's token, else ""
-	fence   uint64 // the fence of a grant handed to token (under hub.mu)
-	epoch   uint64 // the hub's epoch when ping was sent
+	lock    string       // the lock key: a message equal to it is a release notice
+	token   string       // a queued Acquire's token, else ""
+	fence   driver.Fence // the fence of a grant handed to token (under hub.mu)
+	epoch   uint64       // the hub's epoch when ping was sent
 	ping    string
 	pong    chan struct{} // closed when the reply to our PING arrives
 	wake    chan struct{} // cap 1: a release was published, or the connection broke
@@ -324,7 +324,7 @@ func (h *hub) message(ch, payload string) {
 
 // grant hands fence to the waiter in ws queued under token, if any.
 // Callers hold h.mu.
-func (h *hub) grant(ws map[*waiter]struct{}, token string, fence uint64) {
+func (h *hub) grant(ws map[*waiter]struct{}, token string, fence driver.Fence) {
 	for w := range ws {
 		if w.token == token {
 			w.fence = fence
@@ -334,7 +334,7 @@ func (h *hub) grant(ws map[*waiter]struct{}, token string, fence uint64) {
 }
 
 // parseGrant parses a hand-off message, "grant <token> <fence>".
-func parseGrant(s string) (token string, fence uint64, ok bool) {
+func parseGrant(s string) (token string, fence driver.Fence, ok bool) {
 	rest, ok := strings.CutPrefix(s, "grant ")
 	if !ok {
 		return "", 0, false
@@ -343,12 +343,12 @@ func parseGrant(s string) (token string, fence uint64, ok bool) {
 	if !ok || len(token) != 32 {
 		return "", 0, false
 	}
-	fence, err := strconv.ParseUint(f, 10, 64)
-	return token, fence, err == nil && fence > 0
+	v, err := strconv.ParseUint(f, 10, 64)
+	return token, driver.Fence(v), err == nil && v > 0
 }
 
 // granted returns the fence of a grant handed to w, or 0.
-func (h *hub) granted(w *waiter) uint64 {
+func (h *hub) granted(w *waiter) driver.Fence {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return w.fence

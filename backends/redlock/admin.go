@@ -52,7 +52,7 @@ func (b *backend) Expire(ctx context.Context, name string) error {
 // value. ok is false if fewer than a majority of primaries keep a counter.
 // It fails if fewer than a majority answered; a primary that did not
 // answer counts as keeping nothing, so the value is then a lower bound.
-func (b *backend) StoredFence(ctx context.Context, name string) (uint64, bool, error) {
+func (b *backend) StoredFence(ctx context.Context, name string) (driver.Fence, bool, error) {
 	k := keysFor(name)
 	replies := b.fan(deadlineOf(ctx, adminTimeout), all(len(b.nodes)), func(ctx context.Context, i int) (int64, int64, error) {
 		s, err := b.nodes[i].c.Get(ctx, k.fence).Result()
@@ -92,7 +92,7 @@ func (b *backend) StoredFence(ctx context.Context, name string) (uint64, bool, e
 		return 0, false, nil
 	}
 	slices.Sort(held)
-	return uint64(held[len(held)-b.quorum]), true, nil
+	return driver.Fence(held[len(held)-b.quorum]), true, nil
 }
 
 // DropFenceState implements driver.FenceAdmin: it deletes the fence key of

@@ -38,7 +38,7 @@ func TestFenceRisesAfterDropFenceState(t *testing.T) {
 		}
 		if round%10 == 0 {
 			stored, ok, err := fa.StoredFence(ctx, n)
-			if err != nil || !ok || stored < uint64(last) {
+			if err != nil || !ok || stored < last {
 				t.Fatalf("round %d: StoredFence = %d, %v, %v after fence %d", round, stored, ok, err, last)
 			}
 		}

@@ -38,7 +38,7 @@
 // (appendonly yes, appendfsync always) the order is strict. Fences are about
 // 1.8e15, fit an int64 and are exact as JSON numbers.
 //
-// [MinTTL] is 20 ms; TTLs are whole milliseconds. A grant or renewal that
+// The minimum TTL is 20 ms; TTLs are whole milliseconds. A grant or renewal that
 // took longer than the TTL minus [DriftFactor] × TTL minus [DriftMin]
 // (1% + 2 ms) counts as failed. A blocked Acquire is woken by release
 // notices (pub/sub) or by the holder's keys running out; Clients' waiters

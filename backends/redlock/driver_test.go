@@ -39,7 +39,7 @@ func TestKeyLayout(t *testing.T) {
 	}
 	stored := 0
 	for _, f := range counters(t, ctx, m, n) {
-		if f >= uint64(l.Fence()) {
+		if f >= l.Fence() {
 			stored++
 		}
 	}
@@ -106,7 +106,10 @@ func TestNewAndAs(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		cs = append(cs, c)
 	}
-	locks := redlock.New(cs, nil)
+	locks, err := redlock.New(cs, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer locks.Close()
 	caps := locks.Capabilities()
 	if caps.Backend != "redlock" || caps.NodeLoss != driver.NodeLossQuorum || caps.Fence != driver.FenceTimeFloored || caps.Wait != driver.WaitNotify {
@@ -133,19 +136,17 @@ func TestNewAndAs(t *testing.T) {
 	}
 	// A prefix that is not UTF-8 would let a lock key meet the companion
 	// keys' space.
-	bad := redlock.New(cs, &fencelock.Options{Prefix: "\xff"})
+	bad, err := redlock.New(cs, nil, &fencelock.Options{Prefix: "\xff"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer bad.Close()
 	if _, err := bad.TryAcquire(ctx, "x", nil); !errors.Is(err, fencelock.ErrInvalid) {
 		t.Fatalf("TryAcquire with a non-UTF-8 prefix: %v, want ErrInvalid", err)
 	}
 	for _, bad := range [][]*goredis.Client{nil, cs[:1], cs[:2], append(cs[:3:3], cs[0]), {cs[0], nil, cs[2]}} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("New with %d clients did not panic", len(bad))
-				}
-			}()
-			redlock.New(bad, nil)
-		}()
+		if c, err := redlock.New(bad, nil, nil); !errors.Is(err, fencelock.ErrInvalid) || c != nil {
+			t.Errorf("New with %d clients: %v, %v; want nil, ErrInvalid", len(bad), c, err)
+		}
 	}
 }

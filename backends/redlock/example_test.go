@@ -24,7 +24,10 @@ func Example() {
 		defer c.Close()
 		primaries = append(primaries, c)
 	}
-	locks := redlock.New(primaries, &fencelock.Options{Prefix: "myapp:"})
+	locks, err := redlock.New(primaries, nil, &fencelock.Options{Prefix: "myapp:"})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer locks.Close()
 
 	lease, err := locks.Acquire(ctx, "nightly-report", &fencelock.AcquireOptions{TTL: 10 * time.Second, Wait: time.Minute})

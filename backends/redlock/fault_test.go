@@ -114,7 +114,7 @@ func TestFaultTwoOfFiveKilled(t *testing.T) {
 		took := time.Since(released)
 		t.Logf("hand-off with 2 of 5 primaries dead took %v", took.Round(time.Microsecond))
 		rec.WaitGranted, rec.WaitFrom = took, "release"
-		rec.Fence = faultrec.FenceOf(uint64(last), uint64(l2.Fence()))
+		rec.Fence = faultrec.FenceOf(last, l2.Fence())
 		rec.SecondHolder = faultrec.OverlapNone // b's TryAcquire was refused while a held
 		rec.Note = "2 of 5 primaries killed (SIGKILL) while a lease was held: TryAcquire, Extend, Release and hand-off kept working; another client was refused while held"
 		if l2.Fence() <= last {
@@ -138,7 +138,7 @@ func TestFaultTwoOfFiveKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rr.Fence = faultrec.FenceOf(uint64(last), uint64(l3.Fence()))
+	rr.Fence = faultrec.FenceOf(last, l3.Fence())
 	rr.Note = "2 of 5 primaries restarted empty: the next grant's fence was still higher (the surviving majority and the time floor)"
 	if l3.Fence() <= last {
 		t.Fatalf("fence after restart %d not above %d", l3.Fence(), last)
@@ -277,7 +277,7 @@ func TestFaultPrimaryPaused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l2.Release(ctx)
-	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(l2.Fence()))
+	rec.Fence = faultrec.FenceOf(l.Fence(), l2.Fence())
 	if l2.Fence() <= l.Fence() {
 		t.Fatalf("fence %d after the freeze, not above %d", l2.Fence(), l.Fence())
 	}

@@ -21,16 +21,17 @@ import (
 )
 
 // counters returns each primary's fence counter for lock key k (0: none).
-func counters(t *testing.T, ctx context.Context, m *testserver.RedisNodes, k string) []uint64 {
+func counters(t *testing.T, ctx context.Context, m *testserver.RedisNodes, k string) []fencelock.Fence {
 	t.Helper()
-	cs := make([]uint64, len(m.Nodes))
+	cs := make([]fencelock.Fence, len(m.Nodes))
 	for i, n := range m.Nodes {
 		v, err := n.Do(ctx, "GET", redlock.FenceKey(k))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if s, ok := v.(string); ok {
-			cs[i], _ = strconv.ParseUint(s, 10, 64)
+			f, _ := strconv.ParseUint(s, 10, 64)
+			cs[i] = fencelock.Fence(f)
 		}
 	}
 	return cs
@@ -50,7 +51,7 @@ func TestFenceQuorumIntersection(t *testing.T) {
 	c := open(t, m.URL(), nil)
 	n := name(t)
 	rng := rand.New(rand.NewPCG(1, 2))
-	var last uint64
+	var last fencelock.Fence
 	writeBacks := 0
 	for round := range 60 {
 		// Two primaries refuse this round.
@@ -65,8 +66,8 @@ func TestFenceQuorumIntersection(t *testing.T) {
 		// alone had seen many grants).
 		if round%3 == 0 {
 			i := perm[2+rng.IntN(3)]
-			ahead := max(last, counters(t, ctx, m, n)[i]) + uint64(1000+rng.IntN(1000))
-			if _, err := m.Nodes[i].Do(ctx, "SET", redlock.FenceKey(n), strconv.FormatUint(ahead, 10)); err != nil {
+			ahead := max(last, counters(t, ctx, m, n)[i]) + fencelock.Fence(1000+rng.IntN(1000))
+			if _, err := m.Nodes[i].Do(ctx, "SET", redlock.FenceKey(n), ahead.String()); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -75,7 +76,7 @@ func TestFenceQuorumIntersection(t *testing.T) {
 		if err != nil {
 			t.Fatalf("round %d, primaries %v blocked: %v", round, blocked, err)
 		}
-		f := uint64(l.Fence())
+		f := l.Fence()
 		if f <= last {
 			t.Fatalf("round %d: fence %d not above the previous %d", round, f, last)
 		}
@@ -136,7 +137,7 @@ func TestFenceConcurrentGrantsDistinct(t *testing.T) {
 	n := name(t)
 	res := &guard.Counter{}
 	var mu sync.Mutex
-	seen := map[uint64]bool{}
+	seen := map[fencelock.Fence]bool{}
 	var wg sync.WaitGroup
 	errc := make(chan error, 6)
 	for w := range 6 {
@@ -148,7 +149,7 @@ func TestFenceConcurrentGrantsDistinct(t *testing.T) {
 					errc <- fmt.Errorf("worker %d: %w", w, err)
 					return
 				}
-				f := uint64(l.Fence())
+				f := l.Fence()
 				mu.Lock()
 				dup := seen[f]
 				seen[f] = true
@@ -204,7 +205,7 @@ func TestFaultRollingEmptyRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		redlock.Idle(a)
-		fa := uint64(la.Fence())
+		fa := la.Fence()
 		va, err := read(ctx, res, mode, fa) // a reads, then stalls
 		if err != nil {
 			t.Fatal(err)
@@ -225,7 +226,7 @@ func TestFaultRollingEmptyRestart(t *testing.T) {
 		}
 		t.Logf("%v: restarts took %v; OVERLAP detected: lease A (fence %d) and lease B (fence %d) both held", mode, time.Since(start).Round(time.Millisecond), fa, lb.Fence())
 		rec.SecondHolder = faultrec.OverlapFound // both leases valid at once, by their holders' own clocks
-		fb := uint64(lb.Fence())
+		fb := lb.Fence()
 		if faultrec.FenceOf(fa, fb) != faultrec.FenceIncreased {
 			rec.Fence = faultrec.FenceRepeated
 		}
@@ -273,14 +274,14 @@ func TestFaultRollingEmptyRestart(t *testing.T) {
 	}
 }
 
-func read(ctx context.Context, res *guard.Counter, mode conformance.Mode, f uint64) (int64, error) {
+func read(ctx context.Context, res *guard.Counter, mode conformance.Mode, f fencelock.Fence) (int64, error) {
 	if mode == conformance.ClaimFirst {
 		return res.Claim(ctx, f)
 	}
 	return res.Read(ctx)
 }
 
-func write(ctx context.Context, res *guard.Counter, mode conformance.Mode, f uint64, v int64) error {
+func write(ctx context.Context, res *guard.Counter, mode conformance.Mode, f fencelock.Fence, v int64) error {
 	if mode == conformance.ClaimFirst {
 		return res.WriteClaimed(ctx, f, v)
 	}
@@ -341,7 +342,7 @@ func TestFaultRollingRestartLostUpdates(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				f := uint64(l.Fence())
+				f := l.Fence()
 				v, err := res.Claim(ctx, f)
 				if err == nil {
 					if i%10 == 0 { // this section stalls past its TTL

@@ -26,7 +26,7 @@ type lease struct {
 	labelVersion atomic.Uint64 // the last SetLabel's version (labelValue)
 }
 
-func (l *lease) Fence() uint64 { return l.fence }
+func (l *lease) Fence() driver.Fence { return driver.Fence(l.fence) }
 
 // errCut is returned for a lease whose connections KillSessions cut.
 var errCut = fmt.Errorf("%w: redlock: this lease's connections were cut by KillSessions (Admin): it can no longer be renewed or released and ends with its TTL", driver.ErrUnavailable)

@@ -163,11 +163,11 @@ var (
 	raiseScript     = goredis.NewScript(raiseLua)
 )
 
-// MinTTL is the shortest lease TTL the backend accepts. An acquire needs a
+// minTTL is the shortest lease TTL the backend accepts. An acquire needs a
 // majority of primaries to answer within the TTL's validity (TTL − 1% −
 // 2ms), in one or two parallel round trips; below 20ms a loaded machine
 // misses that window often enough to make locks flap.
-const MinTTL = 20 * time.Millisecond
+const minTTL = 20 * time.Millisecond
 
 // DriftFactor is the share of the TTL, plus DriftMin, that an acquire or
 // renewal must leave unused: a majority that answers later than TTL −
@@ -204,7 +204,7 @@ var capabilities = driver.Capabilities{
 	Backend:        "redlock",
 	Fence:          driver.FenceTimeFloored,
 	FenceSource:    "quorum counter: the majority-th smallest of the granting primaries' counters (each max(stored+1, server TIME in µs, truncated to the ms while a counter is stored), bumped in the script that SETs NX PX), stored on a majority before the lease is returned; key <lock key>\\xff:fence on each primary, never deleted",
-	MinTTL:         MinTTL,
+	MinTTL:         minTTL,
 	TTLGranularity: time.Millisecond,
 	TimeAuthority:  driver.TimeServer,
 	Wait:           driver.WaitNotify,
@@ -224,27 +224,32 @@ var capabilities = driver.Capabilities{
 
 var errClosed = fmt.Errorf("redlock: %w", driver.ErrClosed)
 
+// Config configures the redlock backend beyond fencelock.Options. It has no
+// settings yet (the drift allowance is DriftFactor and DriftMin); nil is the
+// default. It keeps New in the shape every backend's New has.
+type Config struct{}
+
 // New returns a Client that keeps its locks on the independent Redis
 // primaries reached by clients, one *goredis.Client per primary (not
-// replicas of each other, not a Redis Cluster). opts may be nil. New
-// panics if clients holds a nil client or fewer than 3, or an even number:
-// a majority of an odd number of primaries tolerates the most failures.
+// replicas of each other, not a Redis Cluster). cfg and opts may be nil.
+// New does no I/O. It returns an error matching fencelock.ErrInvalid if
+// clients holds a nil client, fewer than 3, or an even number: a majority
+// of an odd number of primaries tolerates the most failures.
 //
 // The Client does not own the go-redis clients: Client.Close stops its own
 // pub/sub subscriptions and goroutines but leaves them open for the caller
 // to close after it. Set ContextTimeoutEnabled in their options (see the
 // package doc's # Timeouts), and ClientName if the conformance suite's
 // KillSessions hook should find their connections.
-func New(clients []*goredis.Client, opts *fencelock.Options) *fencelock.Client {
-	if err := checkCount(len(clients)); err != nil {
-		panic("fencelock/backends/redlock: New: " + err.Error())
+func New(clients []*goredis.Client, cfg *Config, opts *fencelock.Options) (*fencelock.Client, error) {
+	err := checkCount(len(clients))
+	if err == nil && slices.Contains(clients, nil) {
+		err = fmt.Errorf("%w: redlock.New with a nil go-redis client", driver.ErrInvalid)
 	}
-	for _, c := range clients {
-		if c == nil {
-			panic("fencelock/backends/redlock: New with a nil go-redis client")
-		}
+	if err != nil {
+		return nil, &fencelock.Error{Op: "open", Backend: capabilities.Backend, Err: err}
 	}
-	return fencelock.New(newBackend(clients, false), opts)
+	return fencelock.New(newBackend(clients, false), opts), nil
 }
 
 func checkCount(n int) error {

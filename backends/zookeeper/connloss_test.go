@@ -47,7 +47,7 @@ func TestConnectionLossDuringCreate(t *testing.T) {
 		}
 		return &cutAfterCreate{Conn: c, armed: &armed}, nil
 	}
-	c, err := zookeeper.New(ctx, zookeeper.Config{Servers: servers(t, u), Root: root, Dialer: dial}, nil)
+	c, err := zookeeper.New(ctx, &zookeeper.Config{Servers: servers(t, u), Root: root, Dialer: dial}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ func Example() {
 	ctx := context.Background()
 	servers := zookeeper.ExampleServers() // a test server; yours: []string{"10.0.0.1:2181", ...}
 
-	locks, err := zookeeper.New(ctx, zookeeper.Config{Servers: servers, Root: "/locks"}, nil)
+	locks, err := zookeeper.New(ctx, &zookeeper.Config{Servers: servers, Root: "/locks"}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

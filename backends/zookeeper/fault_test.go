@@ -138,7 +138,7 @@ func TestFaultEnsembleLeaderKilled(t *testing.T) {
 	}
 	r1 := await(t, g1, 10*time.Second, "first waiter after Release")
 	rec.WaitGranted, rec.WaitFrom = r1.at.Sub(released), "release"
-	rec.Fence = faultrec.FenceOf(uint64(l0.Fence()), uint64(r1.l.Fence()))
+	rec.Fence = faultrec.FenceOf(l0.Fence(), r1.l.Fence())
 	notYet(t, g2, "second waiter while the first holds")
 	if r1.l.Fence() <= l0.Fence() {
 		t.Fatalf("first waiter's fence %d not above the holder's %d", r1.l.Fence(), l0.Fence())
@@ -201,7 +201,7 @@ func TestFaultClientPartitioned(t *testing.T) {
 	r := await(t, g, 3*ttl, "waiter while the holder is partitioned")
 	defer r.l.Release(ctx)
 	rec.WaitGranted, rec.WaitFrom = r.at.Sub(paused), "partition"
-	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(r.l.Fence()))
+	rec.Fence = faultrec.FenceOf(l.Fence(), r.l.Fence())
 	rec.SecondHolder = faultrec.OverlapOf(!r.at.After(lostAt))
 	rec.Note = fmt.Sprintf("holder behind a paused proxy, session timeout %v: its lease ended locally %v after the cut, before the server expired the session", ttl, lostAt.Sub(paused).Round(time.Millisecond))
 	if !r.at.After(lostAt) {
@@ -319,7 +319,7 @@ func TestFaultStandaloneRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l2.Release(ctx)
-	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(l2.Fence()))
+	rec.Fence = faultrec.FenceOf(l.Fence(), l2.Fence())
 	rec.Note = fmt.Sprintf("standalone server killed (SIGKILL) and restarted from its data (fsync on) within the session timeout: the session and its lock node survived; the holder renewed %v after the kill; another client was refused", renewed.Round(time.Millisecond))
 	if l2.Fence() <= l.Fence() {
 		t.Fatalf("fence %d after the restart, not above %d", l2.Fence(), l.Fence())

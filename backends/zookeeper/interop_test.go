@@ -192,11 +192,11 @@ func TestNodeFormAndFence(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("Exists(%s) = %v, %v", p, ok, err)
 	}
-	if uint64(st.Czxid) != uint64(l.Fence()) {
+	if st.Czxid != l.Fence().Int64() {
 		t.Fatalf("fence %d, want czxid %d (nothing else changed under the lock path)", l.Fence(), st.Czxid)
 	}
 	_, pst, err := raw.Children(lockPath(n))
-	if err != nil || uint64(pst.Pzxid) != uint64(l.Fence()) {
+	if err != nil || pst.Pzxid != l.Fence().Int64() {
 		t.Fatalf("fence %d, lock path's pzxid %d (%v)", l.Fence(), pst.Pzxid, err)
 	}
 	var conn *zk.Conn
@@ -322,7 +322,7 @@ func TestFenceAboveQueuedWaiter(t *testing.T) {
 	if len(kids) != 2 || czxidA == 0 || czxidB == 0 {
 		t.Fatalf("contenders %v, want A's and B's", kids)
 	}
-	if !(uint64(czxidA) < uint64(czxidB) && uint64(czxidB) <= uint64(a.Fence())) {
+	if !(czxidA < czxidB && czxidB <= a.Fence().Int64()) {
 		t.Fatalf("czxid A %d, czxid B %d, fence A %d: want A's fence at least B's czxid (B queued before A's grant)", czxidA, czxidB, a.Fence())
 	}
 	if err := a.Release(ctx); err != nil {

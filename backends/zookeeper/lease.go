@@ -72,7 +72,7 @@ func (b *backend) newLease(s *session, path string, sid, fence int64, ttl time.D
 	return l
 }
 
-func (l *lease) Fence() uint64 { return uint64(l.fence) }
+func (l *lease) Fence() driver.Fence { return driver.Fence(l.fence) }
 
 // OnLost implements driver.LossNotifier: it calls f when the lease is lost, without a goroutine per lease.
 func (l *lease) OnLost(f func()) (stop func() bool) { return context.AfterFunc(l.lost, f) }

@@ -85,7 +85,7 @@ func (c *opsConn) Read(p []byte) (int, error) {
 // is in (one round trip for both).
 func TestAcquireReleaseRequests(t *testing.T) {
 	w := &opsWatch{ops: map[int32]int{}}
-	cfg := zookeeper.Config{Servers: servers(t, sharedURL(t)), Root: root, Dialer: func(network, addr string, timeout time.Duration) (net.Conn, error) {
+	cfg := &zookeeper.Config{Servers: servers(t, sharedURL(t)), Root: root, Dialer: func(network, addr string, timeout time.Duration) (net.Conn, error) {
 		c, err := net.DialTimeout(network, addr, timeout)
 		if err != nil {
 			return nil, err

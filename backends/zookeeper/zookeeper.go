@@ -88,9 +88,22 @@ var capabilities = driver.Capabilities{
 // New returns a Client whose locks are ZooKeeper nodes on cfg.Servers. It
 // connects once to read the servers' minimum session timeout (the
 // Capabilities' MinTTL) and fails with ErrUnavailable if no server
-// answers within the request timeout. opts may be nil.
-func New(ctx context.Context, cfg Config, opts *fencelock.Options) (*fencelock.Client, error) {
-	b, err := newBackend(ctx, cfg)
+// answers within the request timeout. opts may be nil; cfg may not, as
+// Servers has no default: a nil cfg or one without Servers is an error
+// matching fencelock.ErrInvalid.
+//
+// Unlike the other backends' New, this one takes no client of the store's
+// own (a *zk.Conn) and takes ctx first, because it dials itself: a
+// ZooKeeper session's timeout is fixed when it connects, and each lease's
+// TTL is its session's timeout, so the backend opens one session per TTL
+// (Config.SessionTimeout aside) and must watch each session's events to
+// see it expire. One caller's *zk.Conn and its event channel could serve
+// only the one TTL it was dialled with. ctx bounds the first connection.
+func New(ctx context.Context, cfg *Config, opts *fencelock.Options) (*fencelock.Client, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	b, err := newBackend(ctx, *cfg)
 	if err != nil {
 		return nil, &fencelock.Error{Op: "open", Backend: capabilities.Backend, Err: err}
 	}
@@ -127,6 +140,9 @@ type backend struct {
 func newBackend(ctx context.Context, cfg Config) (*backend, error) {
 	if len(cfg.Servers) == 0 {
 		return nil, fmt.Errorf("%w: zookeeper: no servers: want Config.Servers or zk://host1:2181,host2:2181/root", driver.ErrInvalid)
+	}
+	if cfg.SessionTimeout < 0 || cfg.RequestTimeout < 0 {
+		return nil, fmt.Errorf("%w: zookeeper: negative Config.SessionTimeout or Config.RequestTimeout", driver.ErrInvalid)
 	}
 	b := &backend{
 		servers:        slices.Clone(cfg.Servers),

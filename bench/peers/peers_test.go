@@ -66,7 +66,7 @@ func TestQuickRun(t *testing.T) {
 	if got.Schema != SchemaVersion || got.Rounds != 2 || !got.Quick || got.GoVersion == "" || got.Date == "" || got.Machine.CPUs < 1 {
 		t.Errorf("header: %+v", got)
 	}
-	for _, s := range Stores {
+	for _, s := range Stores() {
 		if got.Servers[s] == "" {
 			t.Errorf("no server version for %s", s)
 		}

@@ -29,7 +29,7 @@ func Markdown(w io.Writer, res *Result) {
 	p("\n\n")
 	p("Servers: ")
 	first := true
-	for _, s := range Stores {
+	for _, s := range Stores() {
 		if v, ok := res.Servers[s]; ok {
 			if !first {
 				p("; ")
@@ -41,7 +41,7 @@ func Markdown(w io.Writer, res *Result) {
 	p(".\n\nCells: median over rounds (min–max). acq+rel: uncontended acquire+release on one client. hand-off: holder's release call → blocked waiter holds. drain: release → all 8 waiters held once. contended: 8 clients on one key for %s; sections: grants per worker, least–most (max/min); re-grab: grants to the worker that held the previous one; CPU/grant: CPU time per contended grant, of this process (all 8 clients) + of the server processes (median µs; the machine's cores are shared by both, so it bounds contended throughput: cores ÷ CPU per grant). ×: fencelock's median over the best peer's on the same store (acq+rel: lower is better; contended/s: higher is better).\n\n", res.Counts.Contention)
 	p("| implementation | acq+rel p50 µs | acq+rel p99 µs | allocs/op | hand-off p50 µs | hand-off p99 µs | 8 drained ms | contended /s | worst wait ms | sections min–max | re-grab %% | CPU/grant µs |\n")
 	p("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, store := range Stores {
+	for _, store := range Stores() {
 		for _, im := range res.Impls {
 			if im.Store != store {
 				continue

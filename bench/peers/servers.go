@@ -16,8 +16,11 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// Stores lists the store kinds, in the brief's priority order.
-var Stores = []string{"redis", "etcd", "postgres", "zookeeper", "redlock5", "dynamodb"}
+// Stores lists the store kinds, in the brief's priority order (a new
+// slice each call).
+func Stores() []string {
+	return []string{"redis", "etcd", "postgres", "zookeeper", "redlock5", "dynamodb"}
+}
 
 // Env is the started servers and the implementations and floors on them.
 type Env struct {
@@ -43,7 +46,7 @@ func (e *Env) Close() {
 // servers already started are stopped.
 func Start(ctx context.Context, stores []string) (env *Env, err error) {
 	if stores == nil {
-		stores = Stores
+		stores = Stores()
 	}
 	env = &Env{Servers: map[string]string{}}
 	defer func() {
@@ -76,7 +79,7 @@ func (e *Env) start(ctx context.Context, store string) error {
 	case "dynamodb":
 		return e.startDynamoDB(ctx, store)
 	default:
-		return fmt.Errorf("unknown store %q (want one of %s)", store, strings.Join(Stores, ", "))
+		return fmt.Errorf("unknown store %q (want one of %s)", store, strings.Join(Stores(), ", "))
 	}
 }
 

@@ -72,7 +72,7 @@ func (d *demo) run(ctx context.Context, title string, fenced bool) (int64, error
 	}
 	var va int64
 	if fenced {
-		va, err = res.Claim(ctx, uint64(la.Fence()))
+		va, err = res.Claim(ctx, la.Fence())
 	} else {
 		va, err = res.Read(ctx)
 	}
@@ -89,7 +89,7 @@ func (d *demo) run(ctx context.Context, title string, fenced bool) (int64, error
 		return 0, err
 	}
 	if fenced {
-		err = res.WriteClaimed(ctx, uint64(la.Fence()), va+1)
+		err = res.WriteClaimed(ctx, la.Fence(), va+1)
 	} else {
 		err = res.Write(ctx, va+1)
 	}
@@ -118,7 +118,7 @@ func (d *demo) workerB(ctx context.Context, res *guard.Counter, name string, fen
 	defer lb.Release(ctx)
 	var v int64
 	if fenced {
-		v, err = res.Claim(ctx, uint64(lb.Fence()))
+		v, err = res.Claim(ctx, lb.Fence())
 	} else {
 		v, err = res.Read(ctx)
 	}
@@ -126,7 +126,7 @@ func (d *demo) workerB(ctx context.Context, res *guard.Counter, name string, fen
 		return err
 	}
 	if fenced {
-		err = res.WriteClaimed(ctx, uint64(lb.Fence()), v+1)
+		err = res.WriteClaimed(ctx, lb.Fence(), v+1)
 	} else {
 		err = res.Write(ctx, v+1)
 	}
@@ -142,10 +142,10 @@ func (d *demo) retryA(ctx context.Context, res *guard.Counter, name string) erro
 		return err
 	}
 	defer l.Release(ctx)
-	v, err := res.Claim(ctx, uint64(l.Fence()))
+	v, err := res.Claim(ctx, l.Fence())
 	if err != nil {
 		return err
 	}
 	d.say("A", "re-acquires (fence %d), reads %d, writes %d", l.Fence(), v, v+1)
-	return res.WriteClaimed(ctx, uint64(l.Fence()), v+1)
+	return res.WriteClaimed(ctx, l.Fence(), v+1)
 }

@@ -130,7 +130,7 @@ func (d *electionDemo) paused(ctx context.Context) (pausedOutcome, error) {
 	}
 	elected := time.Now()
 	po.oldTerm = a.Fence()
-	va, err := schedule.Claim(ctx, uint64(a.Fence()))
+	va, err := schedule.Claim(ctx, a.Fence())
 	if err != nil {
 		return po, err
 	}
@@ -141,16 +141,16 @@ func (d *electionDemo) paused(ctx context.Context) (pausedOutcome, error) {
 	}
 	po.replacedAfter, po.newTerm = time.Since(elected), b.Fence()
 	defer b.Resign(context.WithoutCancel(ctx))
-	vb, err := schedule.Claim(ctx, uint64(b.Fence()))
+	vb, err := schedule.Claim(ctx, b.Fence())
 	if err == nil {
-		err = schedule.WriteClaimed(ctx, uint64(b.Fence()), vb+1)
+		err = schedule.WriteClaimed(ctx, b.Fence(), vb+1)
 	}
 	if err != nil {
 		return po, err
 	}
 	d.say("node-b", "elected in term %d once node-a's term ran out; writes v%d", b.Fence(), vb+1)
 	<-a.Done() // already: its validity deadline passed during the pause
-	err = schedule.WriteClaimed(ctx, uint64(a.Fence()), va+1)
+	err = schedule.WriteClaimed(ctx, a.Fence(), va+1)
 	if !errors.Is(err, guard.ErrStale) {
 		return po, fmt.Errorf("the paused leader's write with term %d was not refused: %v", a.Fence(), err)
 	}

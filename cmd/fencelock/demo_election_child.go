@@ -47,7 +47,7 @@ func maybeRunElectionChild() {
 	if err == nil {
 		var t *election.Term
 		if t, err = e.Campaign(ctx, s.Value); err == nil {
-			fmt.Println("LEADING", uint64(t.Fence()))
+			fmt.Println("LEADING", t.Fence())
 			<-ctx.Done() // leads, renewing, until killed
 		}
 	}
@@ -95,12 +95,10 @@ func startLeaderChild(ctx context.Context, s electionChildSpec) (*leaderChild, e
 	}()
 	select {
 	case l := <-lines:
-		var f uint64
-		if _, err := fmt.Sscanf(l, "LEADING %d", &f); err != nil {
+		if _, err := fmt.Sscanf(l, "LEADING %d", &c.term); err != nil {
 			c.kill()
 			return nil, fmt.Errorf("leader process: %s", l)
 		}
-		c.term = fencelock.Fence(f)
 		return c, nil
 	case <-c.done:
 		return nil, fmt.Errorf("leader process exited before leading")

@@ -167,14 +167,14 @@ func renderFaultTable(records []faultrec.Result) string {
 	}
 	var t, notes strings.Builder
 	t.WriteString("| backend |")
-	for _, s := range faultrec.Scenarios {
+	for _, s := range faultrec.Scenarios() {
 		fmt.Fprintf(&t, " %s |", scenarioTitle[s])
 	}
-	t.WriteString("\n|---|" + strings.Repeat("---|", len(faultrec.Scenarios)) + "\n")
+	t.WriteString("\n|---|" + strings.Repeat("---|", len(faultrec.Scenarios())) + "\n")
 	n := 0
 	for _, b := range rows {
 		fmt.Fprintf(&t, "| %s |", b)
-		for _, s := range faultrec.Scenarios {
+		for _, s := range faultrec.Scenarios() {
 			rs := cells[b][s]
 			if len(rs) == 0 {
 				why := untested[b][s]

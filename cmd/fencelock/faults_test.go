@@ -28,8 +28,8 @@ func TestFaultTableHasEveryBackend(t *testing.T) {
 	md := renderFaultTable(nil)
 	for _, b := range faultBackends {
 		row := rowLine(t, md, b)
-		if got := strings.Count(row, "|"); got != len(faultrec.Scenarios)+2 {
-			t.Errorf("row %q has %d cells, want %d", row, got-1, len(faultrec.Scenarios)+1)
+		if got := strings.Count(row, "|"); got != len(faultrec.Scenarios())+2 {
+			t.Errorf("row %q has %d cells, want %d", row, got-1, len(faultrec.Scenarios())+1)
 		}
 	}
 	if !strings.Contains(rowLine(t, md, "redis"), "| not tested |") {

@@ -14,13 +14,13 @@ import (
 
 // inspectRecord is one lock's state in --json output.
 type inspectRecord struct {
-	Name        string  `json:"name"`
-	Held        bool    `json:"held"`
-	Label       *string `json:"label,omitempty"`        // omitted when the backend keeps no labels
-	Fence       *uint64 `json:"fence,omitempty"`        // omitted when the backend cannot tell
-	RemainingMS *int64  `json:"remaining_ms,omitempty"` // omitted when the backend cannot tell
-	Waiters     *int    `json:"waiters,omitempty"`      // omitted when the backend cannot tell
-	At          string  `json:"at"`
+	Name        string           `json:"name"`
+	Held        bool             `json:"held"`
+	Label       *string          `json:"label,omitempty"`        // omitted when the backend keeps no labels
+	Fence       *fencelock.Fence `json:"fence,omitempty"`        // omitted when the backend cannot tell
+	RemainingMS *int64           `json:"remaining_ms,omitempty"` // omitted when the backend cannot tell
+	Waiters     *int             `json:"waiters,omitempty"`      // omitted when the backend cannot tell
+	At          string           `json:"at"`
 }
 
 // runInspect: `fencelock inspect --url URL name…`.
@@ -87,8 +87,7 @@ func printInfo(w io.Writer, caps fencelock.Capabilities, info fencelock.LockInfo
 			r.Label = &info.Label
 		}
 		if ic.Fence {
-			f := uint64(info.Fence)
-			r.Fence = &f
+			r.Fence = &info.Fence
 		}
 		if ic.Remaining {
 			ms := info.Remaining.Milliseconds()

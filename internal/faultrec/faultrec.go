@@ -21,6 +21,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // OutEnv names the environment variable that holds the file records are
@@ -40,8 +42,10 @@ const (
 	ClockJump         Scenario = "clock-jump"         // a wall clock stepped
 )
 
-// Scenarios lists the scenarios in table order.
-var Scenarios = []Scenario{HolderCrashed, HolderPaused, ServerRestarted, PrimaryLost, ClientPartitioned, ClockJump}
+// Scenarios lists the scenarios in table order (a new slice each call).
+func Scenarios() []Scenario {
+	return []Scenario{HolderCrashed, HolderPaused, ServerRestarted, PrimaryLost, ClientPartitioned, ClockJump}
+}
 
 // Outcome is what became of the lease held when the fault hit.
 type Outcome string
@@ -65,7 +69,7 @@ const (
 
 // FenceOf compares the fence of a grant after the fault with the last one
 // before it.
-func FenceOf(before, after uint64) Fence {
+func FenceOf(before, after driver.Fence) Fence {
 	if after > before {
 		return FenceIncreased
 	}

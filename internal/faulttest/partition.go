@@ -62,7 +62,7 @@ func ClientPartitioned(t *testing.T, p Partition) {
 		p.Settle()
 	}
 	var res guard.Counter
-	v, err := res.Claim(ctx, uint64(l.Fence()))
+	v, err := res.Claim(ctx, l.Fence())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func checkFenced(t *testing.T, rec *faultrec.Result, res *guard.Counter, l *fenc
 	t.Helper()
 	ctx := t.Context()
 	vu := l.ValidUntil()
-	rec.Fence = faultrec.FenceOf(uint64(l.Fence()), uint64(g.l.Fence()))
+	rec.Fence = faultrec.FenceOf(l.Fence(), g.l.Fence())
 	rec.SecondHolder = faultrec.OverlapOf(!g.at.After(vu))
 	if !g.at.After(vu) {
 		t.Fatalf("waiter granted %v before the partitioned lease's ValidUntil: two holders", vu.Sub(g.at))
@@ -165,14 +165,14 @@ func checkFenced(t *testing.T, rec *faultrec.Result, res *guard.Counter, l *fenc
 	if g.l.Fence() <= l.Fence() {
 		t.Fatalf("waiter's fence %d not above the partitioned holder's %d", g.l.Fence(), l.Fence())
 	}
-	wv, err := res.Claim(ctx, uint64(g.l.Fence()))
+	wv, err := res.Claim(ctx, g.l.Fence())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := res.WriteClaimed(ctx, uint64(g.l.Fence()), wv+1); err != nil {
+	if err := res.WriteClaimed(ctx, g.l.Fence(), wv+1); err != nil {
 		t.Fatal(err)
 	}
-	if err := res.WriteClaimed(ctx, uint64(l.Fence()), v+100); !errors.Is(err, guard.ErrStale) {
+	if err := res.WriteClaimed(ctx, l.Fence(), v+100); !errors.Is(err, guard.ErrStale) {
 		rec.SecondHolder = faultrec.OverlapFound
 		t.Fatalf("stale holder's write: %v, want guard.ErrStale", err)
 	}

@@ -33,7 +33,7 @@ func run() error {
 	out := flag.String("out", "", "write the JSON here, and the Markdown next to it (.md); empty: stdout only")
 	quick := flag.Bool("quick", false, "a 1–2 minute run with small counts")
 	rounds := flag.Int("rounds", 0, "interleaved rounds (0: 5, or 2 with -quick)")
-	stores := flag.String("stores", strings.Join(peers.Stores, ","), "stores to run, comma-separated")
+	stores := flag.String("stores", strings.Join(peers.Stores(), ","), "stores to run, comma-separated")
 	note := flag.String("note", "", "a note on the machine's state (e.g. loaded by other work), stored in the results")
 	flag.Parse()
 	cfg := peers.FullConfig()

@@ -2,7 +2,11 @@
 // exported types).
 package wire
 
-import "time"
+import (
+	"time"
+
+	"github.com/fencelock/fencelock/driver"
+)
 
 // Result codes, so sentinel errors survive the wire.
 const (
@@ -20,7 +24,7 @@ type Args struct {
 // Reply is every call's result.
 type Reply struct {
 	Code      int
-	Fence     uint64
+	Fence     driver.Fence
 	Held      bool          // Inspect
 	Label     string        // Inspect
 	Remaining time.Duration // Inspect
