@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -67,7 +68,9 @@ func HandOffLatencies(ctx context.Context, a, w fencelock.Locker, name string, n
 			l2, err := w.Acquire(ctx, name, o)
 			got <- res{l2, err, time.Now()}
 		}()
-		time.Sleep(2 * time.Millisecond) // let the waiter block
+		if err := awaitQueued(ctx, a, name); err != nil {
+			return lat, err
+		}
 		released := time.Now()
 		if err := l.Release(ctx); err != nil {
 			return lat, err
@@ -82,6 +85,40 @@ func HandOffLatencies(ctx context.Context, a, w fencelock.Locker, name string, n
 		}
 	}
 	return lat, nil
+}
+
+// inspector is what a Locker offers when it can count a lock's waiters
+// (a *fencelock.Client whose backend reports them).
+type inspector interface {
+	Capabilities() fencelock.Capabilities
+	Inspect(ctx context.Context, name string) (fencelock.LockInfo, error)
+}
+
+// awaitQueued returns once the store shows a waiter queued on name, where
+// l can tell (Capabilities.Inspect.Waiters), so that a hand-off is timed
+// from a Release that finds the waiter already blocked. Elsewhere it gives
+// the waiter 2ms to block: a store that cannot count its waiters cannot
+// say when one is queued.
+func awaitQueued(ctx context.Context, l fencelock.Locker, name string) error {
+	in, ok := l.(inspector)
+	if !ok || !in.Capabilities().Inspect.Waiters {
+		time.Sleep(2 * time.Millisecond)
+		return nil
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		info, err := in.Inspect(ctx, name)
+		if err != nil {
+			return err
+		}
+		if info.Waiters > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("hand-off: no waiter queued on %q within 5s", name)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
 }
 
 // Percentile returns the p-th percentile (0..1) of ds (sorted in place).
