@@ -96,8 +96,18 @@ func testExtend(t TB, e *env) {
 	mustNil(t, err, "TryAcquire")
 	defer l.Release(e.ctx)
 	before := l.ValidUntil()
+	sent := time.Now()
 	mustNil(t, l.Extend(e.ctx, longTTL), "Extend to a long TTL")
 	after := l.ValidUntil()
+	if e.caps.ExtendHoldBound {
+		// The store keeps the lock one hold bound (the session timeout the
+		// lease was granted with, effTTL) past the Extend's send, however
+		// long the TTL asked: ValidUntil must move forward, no further.
+		if !after.After(before) || after.After(sent.Add(e.effTTL())) {
+			t.Fatalf("ValidUntil moved from %v to %v after Extend(%v) sent at %v; want later, and at most the hold bound %v past the send", before, after, longTTL, sent, e.effTTL())
+		}
+		return
+	}
 	if !after.After(before.Add(longTTL / 2)) {
 		t.Fatalf("ValidUntil moved from %v to %v after Extend(%v)", before, after, longTTL)
 	}

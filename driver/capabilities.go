@@ -117,6 +117,14 @@ type Capabilities struct {
 	FenceSource string
 	// MinTTL is the shortest TTL the store can honour.
 	MinTTL time.Duration
+	// ExtendHoldBound: an Extend to a TTL longer than the one the lease
+	// was granted with does not lengthen how long the store certainly
+	// keeps the lock without hearing from the holder (the Lease is a
+	// HoldBounder: a ZooKeeper node lives one session timeout past the
+	// holder's last request, and a session's timeout is fixed when it
+	// connects). ValidUntil then moves to at most the send time plus that
+	// bound, and auto-renew keeps the lease at a third of it.
+	ExtendHoldBound bool
 	// TTLGranularity is the unit the store rounds TTLs up to (1 ms for
 	// Redis PX, 1 s for etcd leases).
 	TTLGranularity time.Duration

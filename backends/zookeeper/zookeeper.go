@@ -62,14 +62,17 @@ type Config struct {
 // capabilities are those of the zk:// backend. MinTTL is the server's
 // minSessionTimeout, read when the backend is made.
 var capabilities = driver.Capabilities{
-	Backend:        "zookeeper",
-	Fence:          driver.FenceStrict,
-	FenceSource:    "pzxid of the lock path when our node is first (Zab zxid)",
-	TTLGranularity: time.Millisecond,
-	TimeAuthority:  driver.TimeServer,
-	Wait:           driver.WaitQueue,
-	FIFO:           true,
-	NodeLoss:       driver.NodeLossQuorum,
+	Backend:     "zookeeper",
+	Fence:       driver.FenceStrict,
+	FenceSource: "pzxid of the lock path when our node is first (Zab zxid)",
+	// A lease lives on its session's heartbeats: an Extend past the
+	// session timeout does not outlive a frozen holder's session.
+	ExtendHoldBound: true,
+	TTLGranularity:  time.Millisecond,
+	TimeAuthority:   driver.TimeServer,
+	Wait:            driver.WaitQueue,
+	FIFO:            true,
+	NodeLoss:        driver.NodeLossQuorum,
 	// A release deletes the holder's node; the next contender's watch on
 	// it fires and its read finds itself first: one event and one round
 	// trip. (ExpiryWake is set from the server's minimum session timeout
