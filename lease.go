@@ -33,35 +33,51 @@ type Lease struct {
 	dl        driver.Lease
 	fence     Fence
 	autoRenew bool
-	ctx       context.Context
-	cancel    context.CancelCauseFunc
+	// parent is the context the lease was acquired with: Context carries
+	// its values (not its cancellation).
+	parent context.Context
 
-	// op serializes store operations (renew, Extend, Release): a token in a
-	// one-slot channel, so that a caller waiting for an in-flight renewal
-	// can give up when its ctx ends.
-	op chan struct{}
 	// renewCancel cancels the renewal in flight, if any (guarded by mu);
 	// Release uses it so that it never waits out a slow renewal.
 	renewCancel context.CancelFunc
 
-	mu          sync.Mutex
+	mu sync.Mutex
+	// ctx is the lease's context, made on first use (Context, Done, a
+	// renewal): a lease acquired and released without either costs no
+	// context. cancel cancels it with cause.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// cause is why the lease ended: set by end, once, when ctx (if any) is
+	// cancelled with it. Err returns it.
+	cause error
+	// endWait, made only when someone waits for an end in progress, is
+	// closed when cause is set.
+	endWait chan struct{}
+	// opBusy is the slot serializing store operations (renew, Extend,
+	// Release); opFree, made only when someone waits for the slot, is
+	// closed when it is freed, so that a caller waiting for an in-flight
+	// renewal can give up when its ctx ends.
+	opBusy      bool
+	opFree      chan struct{}
 	ttl         time.Duration
 	sent        time.Time // when the granting request was sent
 	validUntil  time.Time // monotonic; conservative
 	maxHoldAt   time.Time // zero: no cap
 	ended       bool
-	endDone     chan struct{} // closed once the ending lease's Done is closed
-	stopRenew   bool          // Release started: no renewal may be sent
-	storeGone   bool          // the store side is known released or lost
+	stopRenew   bool // Release started: no renewal may be sent
+	storeGone   bool // the store side is known released or lost
 	renewTimer  *time.Timer
 	expiryTimer *time.Timer
 	unhook      func() bool // unregisters the driver's LossNotifier callback
-	label       string
+	// released is the cause of a lease ended by a successful Release,
+	// part of the lease so that it costs no allocation of its own. Only
+	// the Release that ends the lease writes it, before end.
+	released Error
+	label    string
 }
 
 func newLease(ctx context.Context, c *Client, name string, o resolved, dl driver.Lease, sent time.Time) *Lease {
-	l := &Lease{c: c, name: name, dl: dl, fence: dl.Fence(), autoRenew: o.autoRenew, ttl: o.ttl, sent: sent, op: make(chan struct{}, 1), endDone: make(chan struct{}), label: o.label}
-	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	l := &Lease{c: c, name: name, dl: dl, fence: dl.Fence(), autoRenew: o.autoRenew, parent: ctx, ttl: o.ttl, sent: sent, label: o.label}
 	held := l.held(o.ttl)
 	l.validUntil = sent.Add(held - c.drift(held))
 	if o.maxHold > 0 {
@@ -116,21 +132,34 @@ func (l *Lease) Name() string { return l.name }
 func (l *Lease) Fence() Fence { return l.fence }
 
 // Done returns a channel closed when the lease ends (released or lost).
-func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+func (l *Lease) Done() <-chan struct{} { return l.context().Done() }
 
 // Err returns nil while the lease is held, then why it ended: an error
 // wrapping ErrReleased or ErrLeaseLost.
 func (l *Lease) Err() error {
-	if l.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(l.ctx)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cause
 }
 
 // Context returns a context that is cancelled, with Err as its cause, when
 // the lease ends. Pass it to the work done under the lock. It carries the
 // values of the context Acquire was called with, not its cancellation.
-func (l *Lease) Context() context.Context { return l.ctx }
+func (l *Lease) Context() context.Context { return l.context() }
+
+// context returns the lease's context, making it on first use (already
+// cancelled with the cause if the lease has ended).
+func (l *Lease) context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(l.parent))
+		if l.cause != nil {
+			l.cancel(l.cause)
+		}
+	}
+	return l.ctx
+}
 
 // ValidUntil returns the local deadline until which the lease is certainly
 // held: the start of the granting request plus TTL minus a drift margin,
@@ -168,21 +197,36 @@ func (l *Lease) StoreTTL() time.Duration {
 
 // lockOp takes the store-operation token, or returns ctx's error if ctx
 // ends first.
+// It must not be called with l.mu held.
 func (l *Lease) lockOp(ctx context.Context) error {
-	select {
-	case l.op <- struct{}{}:
-		return nil
-	default:
+	l.mu.Lock()
+	for l.opBusy {
+		if l.opFree == nil {
+			l.opFree = make(chan struct{})
+		}
+		free := l.opFree
+		l.mu.Unlock()
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		l.mu.Lock()
 	}
-	select {
-	case l.op <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	l.opBusy = true
+	l.mu.Unlock()
+	return nil
 }
 
-func (l *Lease) unlockOp() { <-l.op }
+func (l *Lease) unlockOp() {
+	l.mu.Lock()
+	l.opBusy = false
+	if l.opFree != nil {
+		close(l.opFree)
+		l.opFree = nil
+	}
+	l.mu.Unlock()
+}
 
 // As sets target to the backend's native view of this lease when it has a
 // supported type (see the backend's package doc) and reports whether it did.
@@ -229,7 +273,8 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 
 // renew is the auto-renew timer's callback.
 func (l *Lease) renew() {
-	if l.lockOp(l.ctx) != nil {
+	lctx := l.context()
+	if l.lockOp(lctx) != nil {
 		return
 	}
 	defer l.unlockOp()
@@ -239,7 +284,7 @@ func (l *Lease) renew() {
 		return
 	}
 	ttl, deadline := l.ttl, l.validUntil
-	ctx, cancel := context.WithDeadline(l.ctx, deadline)
+	ctx, cancel := context.WithDeadline(lctx, deadline)
 	l.renewCancel = cancel
 	l.mu.Unlock()
 	err := l.storeExtend(ctx, ttl)
@@ -248,7 +293,7 @@ func (l *Lease) renew() {
 	stopped := l.stopRenew || l.ended
 	l.mu.Unlock()
 	cancel()
-	if err == nil || stopped || l.ctx.Err() != nil {
+	if err == nil || stopped || lctx.Err() != nil {
 		return // renewed, or superseded by Release/Close
 	}
 	l.c.m.add(l.c.m.renewFailures)
@@ -292,8 +337,8 @@ func (l *Lease) storeExtend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.ended {
+		l.mu.Unlock()
 		return l.endedErr()
 	}
 	// The store now keeps the lock until sent+ttl, no longer: the deadline
@@ -312,6 +357,7 @@ func (l *Lease) storeExtend(ctx context.Context, ttl time.Duration) error {
 	if l.renewTimer != nil && !l.stopRenew {
 		l.renewTimer.Reset(time.Until(sent.Add(held / 3)))
 	}
+	l.mu.Unlock()
 	return nil
 }
 
@@ -415,7 +461,8 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.end(&Error{Op: "lease", Backend: l.c.caps.Backend, Name: l.name, Err: fmt.Errorf("%w (the store could not confirm: %v)", ErrReleased, err)})
 		return l.wrap(op, err)
 	}
-	l.end(&Error{Op: "lease", Backend: l.c.caps.Backend, Name: l.name, Err: ErrReleased})
+	l.released = Error{Op: "lease", Backend: l.c.caps.Backend, Name: l.name, Err: ErrReleased}
+	l.end(&l.released)
 	return nil
 }
 
@@ -502,7 +549,7 @@ func (l *Lease) end(cause error) {
 	l.mu.Lock()
 	if l.ended {
 		l.mu.Unlock()
-		<-l.endDone
+		l.waitEnd()
 		return
 	}
 	l.ended = true
@@ -525,18 +572,40 @@ func (l *Lease) end(cause error) {
 		l.c.m.add(l.c.m.lost)
 		l.c.log.Warn("fencelock: lease lost", "name", l.name, "fence", l.fence, "err", cause)
 	}
-	l.cancel(cause)
-	close(l.endDone)
+	l.mu.Lock()
+	l.cause = cause
+	if l.cancel != nil {
+		l.cancel(cause) // only cancels children and starts AfterFuncs: never takes l.mu
+	}
+	if l.endWait != nil {
+		close(l.endWait)
+		l.endWait = nil
+	}
+	l.mu.Unlock()
 }
 
-// endedErr is why an ended lease ended. It waits for end to finish: end
-// sets ended before it cancels the lease's context with the cause, and a
-// caller that saw ended in between would read no cause at all. (end takes
-// l.mu only before that window, so callers may hold l.mu.)
-func (l *Lease) endedErr() error {
-	<-l.endDone
-	return context.Cause(l.ctx)
+// waitEnd waits until end has set the cause, and returns it. end sets
+// ended before it sets the cause, and a caller that saw ended in between
+// would read no cause at all. It must not be called with l.mu held.
+func (l *Lease) waitEnd() error {
+	l.mu.Lock()
+	for l.cause == nil {
+		if l.endWait == nil {
+			l.endWait = make(chan struct{})
+		}
+		w := l.endWait
+		l.mu.Unlock()
+		<-w
+		l.mu.Lock()
+	}
+	cause := l.cause
+	l.mu.Unlock()
+	return cause
 }
+
+// endedErr is why an ended lease ended (see waitEnd). It must not be
+// called with l.mu held.
+func (l *Lease) endedErr() error { return l.waitEnd() }
 
 func (l *Lease) lostErr(why string) error {
 	return &Error{Op: "lease", Backend: l.c.caps.Backend, Name: l.name, Err: fmt.Errorf("%w: %s", ErrLeaseLost, why)}

@@ -410,13 +410,21 @@ func (b *backend) enqueue(ctx context.Context, name, label string, ttl time.Dura
 // one; the Txn is then one read and one Put. Without it (a TryAcquire,
 // which leaves unless it is first) the Txn reads the first key after the
 // Put instead.
+// The read options of createKey, made once: clientv3 builds each option
+// list anew (closures and slices) on every call, and they are pure.
+var (
+	firstCreatedKey = append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())
+	lastCreatedKeys = append(clientv3.WithLastCreate(), clientv3.WithLimit(aheadMax), clientv3.WithKeysOnly())
+)
+
 func (b *backend) createKey(ctx context.Context, c *contender, withPred bool) error {
-	first := clientv3.OpGet(c.pfx+"/", append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
+	dir := c.pfx + "/"
+	first := clientv3.OpGet(dir, firstCreatedKey...)
 	then := []clientv3.Op{clientv3.OpPut(c.key, c.label, clientv3.WithLease(c.cls.id)), first}
 	if withPred {
 		// Before the Put, the keys under the prefix are the ones ahead of
 		// ours, the last-created just ahead.
-		last := clientv3.OpGet(c.pfx+"/", append(clientv3.WithLastCreate(), clientv3.WithLimit(aheadMax), clientv3.WithKeysOnly())...)
+		last := clientv3.OpGet(dir, lastCreatedKeys...)
 		then = []clientv3.Op{last, clientv3.OpPut(c.key, c.label, clientv3.WithLease(c.cls.id))}
 	}
 	// The Txn is idempotent (a retry finds our key and reads it), so it is
@@ -499,7 +507,11 @@ func aheadOf(r *pb.RangeResponse) (pred string, ahead []string) {
 // (see removeKey). It is outside every lock prefix: P + "%00" + the key's
 // suffix, and an escaped name never has "%0".
 func (c *contender) tomb() string {
-	return c.pfx + "%00" + strings.TrimPrefix(c.key, c.pfx+"/")
+	suffix := c.key // strings.TrimPrefix(c.key, c.pfx+"/"), without building c.pfx+"/"
+	if len(suffix) > len(c.pfx) && strings.HasPrefix(suffix, c.pfx) && suffix[len(c.pfx)] == '/' {
+		suffix = suffix[len(c.pfx)+1:]
+	}
+	return c.pfx + "%00" + suffix
 }
 
 // removeKey takes a contender's key out of the queue, on a context

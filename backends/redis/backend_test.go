@@ -371,3 +371,31 @@ func TestOpenRejectsUnknownParams(t *testing.T) {
 		}
 	}
 }
+
+// TestScriptCacheFlushed: the scripts run by EVALSHA fall back to EVAL
+// when the server has lost its script cache (a restart, SCRIPT FLUSH).
+func TestScriptCacheFlushed(t *testing.T) {
+	r := testserver.StartRedis(t)
+	c := open(t, r.URL(), nil, nil)
+	rc := native(t, c)
+	ctx := t.Context()
+	opts := &fencelock.AcquireOptions{TTL: 10 * time.Second, AutoRenew: fencelock.Bool(false)}
+	for i := range 3 {
+		if err := rc.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.TryAcquire(ctx, "flushed", opts)
+		if err != nil {
+			t.Fatalf("cycle %d: TryAcquire after SCRIPT FLUSH: %v", i, err)
+		}
+		if err := rc.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("cycle %d: Release after SCRIPT FLUSH: %v", i, err)
+		}
+	}
+	if n, err := rc.Exists(ctx, "flushed").Result(); err != nil || n != 0 {
+		t.Fatalf("lock key after Release: exists %d, %v", n, err)
+	}
+}

@@ -40,12 +40,13 @@ const recheck = time.Second
 // nothing held; an attempt whose outcome is unknown ends the call with
 // TryAcquire's error (after TryAcquire's own cleanup).
 func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
-	k := keysFor(req.Name)
+	ka := b.keyArgs(req.Name)
+	k := ka.k
 	if !b.hub.subscribed(k.channel) && !b.lane.hot(k.channel) {
 		// Not waited on lately: most likely free. If it is held, the
 		// subscription costs a round trip anyway before we may queue.
 		sent := time.Now()
-		l, err := b.attempt(ctx, k, req, 0, "")
+		l, err := b.attemptArgs(ctx, ka, req, 0, "")
 		if !errors.Is(err, driver.ErrNotAcquired) {
 			return l, sent, err
 		}

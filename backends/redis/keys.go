@@ -97,14 +97,51 @@ func (k keys) wait(token string) string { return k.base + ":wait:" + token }
 // keysFor maps a store key (the name after Options.Prefix) to its keys.
 // The fence key and the channel share a hash tag whose Cluster slot is the
 // lock key's slot, so one script can touch both keys on any deployment.
+//
+// The base is slotBase(lock). The derived keys are slices of one string,
+// built in one allocation: keysFor runs on every attempt.
 func keysFor(name string) keys {
 	lock := lockKey(name)
-	base := slotBase(lock)
-	line := base + lineSuffix
-	if base != lock {
-		line = base + bracedLineSuffix
+	// base = "{" + tag + "}" + lock + post, or lock itself.
+	var tag, post string
+	braced, lineSuf := false, lineSuffix
+	switch {
+	case hasHashTag(lock):
+	case !strings.Contains(lock, "}"):
+		braced, post, lineSuf = true, "}", bracedLineSuffix
+	default:
+		braced, tag, lineSuf = true, slotTag(keySlot(lock)), bracedLineSuffix
 	}
-	return keys{lock: lock, fence: base + ":fence", channel: base + ":released", queue: line, base: base}
+	nb := len(lock)
+	if braced {
+		nb += len("{") + len(tag) + len(post)
+		if post == "" {
+			nb += len("}")
+		}
+	}
+	var sb strings.Builder
+	sb.Grow(3*nb + len(":fence") + len(":released") + len(lineSuf))
+	for _, suf := range [...]string{":fence", ":released", lineSuf} {
+		if braced {
+			sb.WriteByte('{')
+			if post == "" {
+				sb.WriteString(tag)
+				sb.WriteByte('}')
+			}
+		}
+		sb.WriteString(lock)
+		sb.WriteString(post)
+		sb.WriteString(suf)
+	}
+	all := sb.String()
+	fence := all[:nb+len(":fence")]
+	channel := all[len(fence) : len(fence)+nb+len(":released")]
+	queue := all[len(fence)+len(channel):]
+	base := lock
+	if nb != len(lock) {
+		base = fence[:nb]
+	}
+	return keys{lock: lock, fence: fence, channel: channel, queue: queue, base: base}
 }
 
 // The waiter line is a list, which replaced the sorted set <base>:queue of

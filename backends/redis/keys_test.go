@@ -54,6 +54,9 @@ func TestKeysShareSlot(t *testing.T) {
 	}
 	for _, n := range names {
 		k := keysFor(n)
+		if ref := keysForRef(n); k != ref {
+			t.Fatalf("keysFor(%q) = %+v, want %+v (by slotBase)", n, k, ref)
+		}
 		want := keySlot(n)
 		for _, other := range []string{k.fence, k.channel, k.queue, k.void("0123456789abcdef0123456789abcdef"), k.wait("0123456789abcdef0123456789abcdef")} {
 			if got := keySlot(other); got != want {
@@ -133,4 +136,24 @@ func TestLockKeysNeverMeetDerivedKeys(t *testing.T) {
 		}
 	}
 	t.Logf("%d names checked", len(names))
+}
+
+// keysForRef is keysFor as specified, by string concatenation on
+// slotBase: keysFor builds the same keys in one allocation.
+func keysForRef(name string) keys {
+	lock := lockKey(name)
+	base := slotBase(lock)
+	line := base + lineSuffix
+	if base != lock {
+		line = base + bracedLineSuffix
+	}
+	return keys{lock: lock, fence: base + ":fence", channel: base + ":released", queue: line, base: base}
+}
+
+func TestKeysForAllocs(t *testing.T) {
+	for _, n := range []string{"orders:42", "{user:7}:jobs", "a}b"} {
+		if a := testing.AllocsPerRun(100, func() { _ = keysFor(n) }); a > 1 {
+			t.Errorf("keysFor(%q): %v allocations, want at most 1", n, a)
+		}
+	}
 }

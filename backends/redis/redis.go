@@ -117,10 +117,13 @@ var (
 
 	acquireScript = goredis.NewScript(withGrant(acquireLua))
 	releaseScript = goredis.NewScript(withGrant(releaseLua))
-	extendScript  = goredis.NewScript(extendLua)
-	abandonScript = goredis.NewScript(withGrant(abandonLua))
-	labelScript   = goredis.NewScript(labelLua)
-	inspectScript = goredis.NewScript(inspectLua)
+
+	acquireLuaScript = newScript(acquireScript, withGrant(acquireLua), 3)
+	releaseLuaScript = newScript(releaseScript, withGrant(releaseLua), 3)
+	extendScript     = goredis.NewScript(extendLua)
+	abandonScript    = goredis.NewScript(withGrant(abandonLua))
+	labelScript      = goredis.NewScript(labelLua)
+	inspectScript    = goredis.NewScript(inspectLua)
 )
 
 // withGrant puts grant.lua where script marks it, after its common path:
@@ -211,6 +214,8 @@ type backend struct {
 	lane   *lane                   // one blocked Acquire at a time reads its grant itself (lane.go)
 	queue  localq.Queues[struct{}] // this Client's blocked acquires per name (blocker.go)
 	live   leaseSet                // held leases, for KillSessions
+	boxes  boxes                   // the last TTL and label sent, boxed (script.go)
+	keys   keyCache                // the keys of names used lately, boxed (script.go)
 }
 
 var (
@@ -234,7 +239,7 @@ func (b *backend) Capabilities() driver.Capabilities { return capabilities }
 // error thus leaves nothing held; if abandoning fails too, the error also
 // wraps ErrIndeterminate.
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
-	return b.attempt(ctx, keysFor(req.Name), req, 0, "")
+	return b.attemptArgs(ctx, b.keyArgs(req.Name), req, 0, "")
 }
 
 // attempt runs the acquire script once (see TryAcquire); with live > 0 a
@@ -242,11 +247,33 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 // whose liveness key lasts live, and whose grant is published on the
 // lock's channel suffixed ":"+cid (the hub's or the lane's id).
 func (b *backend) attempt(ctx context.Context, k keys, req driver.AcquireRequest, live time.Duration, cid string) (driver.Lease, error) {
+	return b.attemptArgs(ctx, boxKeys(k), req, live, cid)
+}
+
+// attemptArgs is attempt with the keys boxed for the scripts.
+func (b *backend) attemptArgs(ctx context.Context, ka *keyArgs, req driver.AcquireRequest, live time.Duration, cid string) (driver.Lease, error) {
+	k := ka.k
 	sent := time.Now()
-	res, err := acquireScript.Run(ctx, b.client, []string{k.lock, k.fence, k.queue},
-		req.Token, millis(req.TTL), millis(live), k.base, cid, req.Label).Int64Slice()
+	// The lease is made first: its arrays hold the scripts' arguments, so
+	// that a grant costs no argument slices of its own, and the release
+	// script reuses the boxed keys and token (see script.run).
+	l := &lease{b: b, k: k, token: req.Token}
+	a := &l.acq
+	a[3], a[4], a[5] = ka.lock, ka.fence, ka.queue
+	a[6], a[7], a[8], a[9], a[10], a[11] = req.Token, b.boxes.millis(req.TTL), millis(live), ka.base, cid, b.boxes.label(req.Label)
+	v, err := acquireLuaScript.run(ctx, b.client, a[:])
+	res, _ := v.([]any)
 	if err == nil && len(res) != 2 {
-		err = fmt.Errorf("acquire script returned %v, want {fence, pttl}", res)
+		err = fmt.Errorf("acquire script returned %v, want {fence, pttl}", v)
+	}
+	var fence, pttl int64
+	if err == nil {
+		var ok1, ok2 bool
+		fence, ok1 = res[0].(int64)
+		pttl, ok2 = res[1].(int64)
+		if !ok1 || !ok2 {
+			err = fmt.Errorf("acquire script returned %v, want {fence, pttl}", res)
+		}
 	}
 	if err != nil {
 		cause := b.fail(ctx, "acquire", err)
@@ -255,19 +282,29 @@ func (b *backend) attempt(ctx context.Context, k keys, req driver.AcquireRequest
 		}
 		return nil, b.cleanup(ctx, k, req, cause)
 	}
-	if res[0] <= 0 {
-		return nil, notAcquired(time.Duration(res[1]) * time.Millisecond)
+	if fence <= 0 {
+		return nil, notAcquired(time.Duration(pttl) * time.Millisecond)
 	}
-	return b.newLease(k, req, driver.Fence(res[0]), sent), nil
+	r := &l.rel
+	r[3], r[4], r[5], r[6], r[7], r[8] = a[3], a[4], a[5], a[6], ka.channel, a[9]
+	b.grant(l, req, driver.Fence(fence), sent)
+	return l, nil
 }
 
 // newLease records a grant of req under fence whose TTL started no earlier
 // than sent.
 func (b *backend) newLease(k keys, req driver.AcquireRequest, fence driver.Fence, sent time.Time) *lease {
-	l := &lease{b: b, k: k, token: req.Token, fence: fence}
+	l := &lease{b: b, k: k, token: req.Token}
+	r := &l.rel
+	r[3], r[4], r[5], r[6], r[7], r[8] = k.lock, k.fence, k.queue, req.Token, k.channel, k.base
+	b.grant(l, req, fence, sent)
+	return l
+}
+
+func (b *backend) grant(l *lease, req driver.AcquireRequest, fence driver.Fence, sent time.Time) {
+	l.fence = fence
 	l.until.Store(sent.Add(req.TTL).UnixNano())
 	b.live.add(l)
-	return l
 }
 
 // fail classifies err (see classify). When a Redis Cluster node could not
@@ -368,6 +405,11 @@ type lease struct {
 	token string
 	fence driver.Fence
 	until atomic.Int64 // UnixNano after which the store has surely dropped it unrenewed
+	// acq and rel are the acquire and release scripts' arguments (see
+	// script.run), in the lease so that they cost no allocation of their
+	// own; rel reuses acq's boxed keys and token.
+	acq [12]any
+	rel [9]any
 }
 
 // expired reports whether the lease's TTL has surely run out (for pruning
@@ -408,7 +450,15 @@ func (l *lease) Release(ctx context.Context) error {
 
 // release runs the release script: 1 released, 0 not ours.
 func (l *lease) release(ctx context.Context) (int64, error) {
-	return releaseScript.Run(ctx, l.b.client, []string{l.k.lock, l.k.fence, l.k.queue}, l.token, l.k.channel, l.k.base).Int64()
+	res, err := releaseLuaScript.run(ctx, l.b.client, l.rel[:])
+	if err != nil {
+		return 0, err
+	}
+	n, ok := res.(int64)
+	if !ok {
+		return 0, fmt.Errorf("release script returned %v, want 0 or 1", res)
+	}
+	return n, nil
 }
 
 // millis rounds d up to whole milliseconds (PX): the store keeps the lock
