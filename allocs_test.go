@@ -71,7 +71,10 @@ func TestAllocsPerCycle(t *testing.T) {
 	renew := &fencelock.AcquireOptions{TTL: 30 * time.Second}
 	nop := fencelock.New(&nopBackend{}, nil)
 	defer nop.Close()
-	mem := memory.New(memory.NewStore(), nil)
+	mem, err := memory.New(memory.NewStore(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer mem.Close()
 	for _, tc := range []struct {
 		name   string
