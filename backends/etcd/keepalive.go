@@ -46,14 +46,6 @@ type kaCall struct {
 // errKAStreamProtocol: the stream answered a request it was not sent.
 var errKAStreamProtocol = errors.New("etcd: keepalive stream answered an unknown request")
 
-// keepAliveOnce restarts the TTL of lease id with one message on the
-// shared stream and returns the TTL etcd granted, or an error
-// (rpctypes.ErrLeaseNotFound if the lease is gone). ctx bounds the wait;
-// when it ends first the stream is dropped (it may be stuck).
-func (b *backend) keepAliveOnce(ctx context.Context, id clientv3.LeaseID) (int64, error) {
-	return b.kaWait(ctx, b.kaSend(id))
-}
-
 // kaSent is a keepalive sent on the shared stream, not yet answered.
 type kaSent struct {
 	kc   *kaConn // nil if the stream could not be opened

@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/h2c"
-
 	"github.com/fencelock/fencelock"
 )
 
@@ -39,7 +36,10 @@ func TestOpenFailsFastAndClear(t *testing.T) {
 		t.Errorf("Open on a closed port took %v, want well under the 5 s request timeout", took)
 	}
 
-	h2 := httptest.NewServer(h2c.NewHandler(http.NotFoundHandler(), &http2.Server{}))
+	h2 := httptest.NewUnstartedServer(http.NotFoundHandler())
+	h2.Config.Protocols = new(http.Protocols)
+	h2.Config.Protocols.SetUnencryptedHTTP2(true)
+	h2.Start()
 	defer h2.Close()
 	_, err = fencelock.Open(ctx, "etcd://"+strings.TrimPrefix(h2.URL, "http://")+"/locks")
 	if !errors.Is(err, fencelock.ErrInvalid) || !strings.Contains(err.Error(), "check the URL") {
