@@ -86,6 +86,7 @@ type acquisition struct {
 	// The tally of the replies read so far.
 	grants       []reply
 	held, failed int
+	leadHeld     bool        // the lead refused: the lock is held there (it queued a.waiter)
 	pttl         int64       // the longest PTTL among refusals (-2: none)
 	ends         []time.Time // when the refusals' keys run out
 	errs         []error
@@ -96,7 +97,7 @@ func (b *backend) newAcquisition(req driver.AcquireRequest, waiter string, mode 
 	validity := req.TTL - drift(req.TTL)
 	n := len(b.nodes)
 	k := keysFor(req.Name)
-	b.snapshot(k)
+	b.snapshot(k, waiter)
 	a := &acquisition{
 		b: b, req: req, waiter: waiter, mode: mode, k: k, at: newAttempt(n),
 		start: start, validity: validity, callDeadline: start.Add(max(validity, answerWait)),
@@ -208,7 +209,7 @@ func (a *acquisition) askLeadFirst(ctx context.Context) error {
 }
 
 // leadRefused is the error for the lead primary's refusal r of an ordered
-// attempt: the lock is held there, or earlier waiters are queued there.
+// or named attempt: the lock is held there, or earlier waiters are queued there.
 // It says when to retry when the lead told.
 func (a *acquisition) leadRefused(r reply) error {
 	why, ms := errLeadHeld, r.b
@@ -227,10 +228,29 @@ func (a *acquisition) leadRefused(r reply) error {
 // the lock may be free where the refusals tell).
 func (a *acquisition) awaitMajority(ctx context.Context) error {
 	n, q := len(a.b.nodes), a.b.quorum
-	for len(a.grants) < q && a.held+a.failed <= n-q {
+	// A named attempt waits for the lead's verdict too (unless the lead is
+	// slow: then as long as an ordered attempt would): its refusal ends
+	// the attempt, so that the queue's order holds even when the others
+	// answer first.
+	var leadWait <-chan time.Time
+	leadPending := a.mode == named
+	if leadPending {
+		t := time.NewTimer(min(maxLeadWait, a.validity/4))
+		defer t.Stop()
+		leadWait = t.C
+	}
+	for (len(a.grants) < q || leadPending) && a.held+a.failed <= n-q {
 		select {
 		case r := <-a.replies:
+			if r.i == lead && leadPending {
+				leadPending = false
+				if r.err == nil && r.a == 0 {
+					return a.leadRefused(r)
+				}
+			}
 			a.count(r)
+		case <-leadWait:
+			leadPending = false
 		case <-ctx.Done():
 			return ctxErr(ctx, "acquire", fmt.Sprintf("%d of %d primaries had granted, %d needed", len(a.grants), n, q))
 		}
@@ -239,6 +259,9 @@ func (a *acquisition) awaitMajority(ctx context.Context) error {
 		return nil
 	}
 	err := refusal(n, q, a.held, a.failed, a.pttl, a.errs)
+	if a.leadHeld && a.waiter != "" {
+		err = fmt.Errorf("%w; the lead primary %s %w", err, a.b.nodes[lead].addr, errQueued)
+	}
 	if free, ok := majorityFreeAt(n, q, a.held, a.failed, a.ends); ok && a.failed <= n-q {
 		err = &freeAt{err, free}
 	}
@@ -255,6 +278,7 @@ func (a *acquisition) count(r reply) {
 		a.grants = append(a.grants, r)
 	default:
 		a.held++
+		a.leadHeld = a.leadHeld || (r.i == lead && r.b != -3)
 		if r.b == -1 || (a.pttl != -1 && r.b > a.pttl) {
 			a.pttl = r.b
 		}

@@ -3,6 +3,8 @@ package redlock
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"strconv"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -45,6 +47,7 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return nil, time.Time{}, errClosed
 	}
 	timedOut := false // the last wait ended by its backoff, without a notice
+	wasNamed := false // the last wait ended with the lead's notice naming t.Val.id: the next attempt is named
 	leadHeld := false // the last attempt was refused by the lead, first in its queue, for the lock held there
 	queued := false   // the lead may queue t.Val.id
 	defer func() {
@@ -66,7 +69,10 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		// the lead stays held (a minority's stale key): only a plain
 		// fan-out can tell, and it passes nobody queued.
 		mode := plain
-		if (attempt > 0 || b.rivalsOn(req.Name)) && !(timedOut && leadHeld) {
+		switch {
+		case wasNamed:
+			mode = named
+		case (attempt > 0 || b.rivalsOn(req.Name)) && !(timedOut && leadHeld):
 			mode = ordered
 		}
 		l, sent, err := b.try(ctx, req, t.Val.id, mode)
@@ -83,14 +89,9 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if ctx.Err() != nil {
 			return nil, time.Time{}, ctxErr(ctx, "acquire", "waiting for the lock")
 		}
-		// The refusal may say when the lock is free (a holder's keys run
-		// out: expiry publishes nothing); the wait ends then at the latest.
-		d := req.Backoff(attempt)
-		if at, ok := retryAt(err); ok {
-			d = min(d, time.Until(at))
-		}
-		wctx, cancel := context.WithTimeout(ctx, d)
-		werr := b.wait(wctx, req.Name, t.Val.kick)
+		leadRefused := leadHeld || errors.Is(err, errBehind) || errors.Is(err, errQueued)
+		wctx, cancel := context.WithTimeout(ctx, waitBound(req, attempt, err, leadRefused))
+		werr := b.wait(wctx, req.Name, t.Val.id, leadRefused, t.Val.kick)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -99,7 +100,27 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return nil, time.Time{}, errClosed
 		}
 		timedOut = werr != nil && wctx.Err() != nil
+		wasNamed = werr == nil && b.namedSince(req.Name, t.Val.id)
 	}
+}
+
+// waitBound is how long a blocked Acquire waits at most after its
+// attempt-th attempt was refused with err (leadRefused: by the lead
+// primary). The refusal may say when the lock is free (a holder's keys
+// run out: expiry publishes nothing); the wait ends then at the latest.
+// A waiter the lead refused is woken by the lead's notice naming it (see
+// waitLead): its backoff is only a safety net, so it polls at leadPoll
+// rather than at the backoff's first, short steps, which would send every
+// queued waiter to the lead a few times per grant.
+func waitBound(req driver.AcquireRequest, attempt int, err error, leadRefused bool) time.Duration {
+	d := req.Backoff(attempt)
+	if leadRefused {
+		d = leadPoll + rand.N(leadPoll/4)
+	}
+	if at, ok := retryAt(err); ok {
+		d = min(d, time.Until(at))
+	}
+	return d
 }
 
 // ticket is what a blocked Acquire keeps with its place in its Client's
@@ -109,6 +130,12 @@ type ticket struct {
 	kicked bool          // a kick was sent to it (under b.mu)
 	id     string        // its place in the lead primary's queue (see try)
 }
+
+// leadPoll is how long a blocked Acquire that the lead primary refused
+// waits at most for a notice naming it (plus up to a quarter more, at
+// random, so that the queued waiters do not poll in step), unless the
+// refusal said when the lock or the place ahead frees sooner.
+const leadPoll = 40 * time.Millisecond
 
 // maxStreak is how many hand-offs in a row a Client may make to its own
 // next waiter (see handOff).
@@ -168,7 +195,8 @@ func (b *backend) rivalsOn(name string) bool {
 // join appends a ticket to name's local queue; the first in line gets
 // its turn at once.
 func (b *backend) join(name string) (*localq.Ticket[*ticket], error) {
-	t, ok := b.queues.Join(name, &ticket{kick: make(chan struct{}, 1), id: driver.NewToken()})
+	id := b.waitID + "." + strconv.FormatUint(b.waitSeq.Add(1), 36)
+	t, ok := b.queues.Join(name, &ticket{kick: make(chan struct{}, 1), id: id})
 	if !ok {
 		return nil, errClosed
 	}

@@ -42,7 +42,8 @@
 // took longer than the TTL minus [DriftFactor] × TTL minus [DriftMin]
 // (1% + 2 ms) counts as failed. A blocked Acquire is woken by release
 // notices (pub/sub) or by the holder's keys running out; Clients' waiters
-// queue on the lead primary, so they do not split the votes.
+// queue on the lead primary, so they do not split the votes, and a
+// release wakes only the next one in line.
 //
 // # Weaknesses
 //
@@ -66,7 +67,8 @@
 // deleted), ":label:<token>" while held, ":void:<token>" (5 minutes, after
 // an abandoned attempt), and on the lead primary ":queue" and
 // ":queue:deadlines" while Acquires wait; Release PUBLISHes on
-// ":released". A redis-cli user sees these keys.
+// ":released", and on the lead also on ":released:<id>" of the Client
+// whose waiter is next in the queue. A redis-cli user sees these keys.
 //
 // # Inspect
 //

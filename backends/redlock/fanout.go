@@ -59,12 +59,12 @@ func (b *backend) fanInto(ch chan<- reply, deadline time.Time, idx []int, call f
 		}
 	}
 	for _, i := range idx {
-		go func() {
+		b.workers.run(func() {
 			defer b.bg.Done()
 			a, v, err := call(ctx, i)
 			ch <- reply{i: i, a: a, b: v, err: err}
 			finish()
-		}()
+		})
 	}
 	if len(idx) == 0 {
 		cancel()

@@ -15,7 +15,12 @@ package redlock
 //     primary's counter as a decimal integer, no TTL, never deleted.
 //   - Void key K "\xff:void:" token, only for an abandoned attempt whose
 //     acquire reply never came; it expires after 5 minutes.
-//   - Release channel K "\xff:released": Release PUBLISHes K on it.
+//   - Release channel K "\xff:released": Release PUBLISHes K on it. On
+//     the lead primary, the release also names the next waiter in the
+//     queue (K, a newline, its id) there and on that waiter's Client's own
+//     channel, K "\xff:released:" and the Client's id (see waitLead).
+//     Waiter ids are the Client's id (32 hex characters), a dot and a
+//     number.
 //   - On the lead primary (the first one given) only, the queue of blocked
 //     Acquires: K "\xff:queue", a sorted set of waiter ids scored by
 //     arrival order (0: the waiter the lead granted), and K
@@ -43,6 +48,11 @@ type keys struct {
 
 // void is the key that marks an abandoned acquire attempt's token.
 func (k keys) void(token string) string { return k.lock + sep + "void:" + token }
+
+// own is the release channel of the Client whose waiter ids start with
+// client and a dot: the lead's release notices naming one of its waiters
+// are published there too.
+func (k keys) own(client string) string { return k.channel + ":" + client }
 
 // label is the key holding the label of the lease granted to token.
 func (k keys) label(token string) string { return k.lock + sep + "label:" + token }

@@ -114,7 +114,8 @@ func (l *lease) releaseOn(ctx context.Context, i int) (int64, int64, error) {
 		void = voidLifetime.Milliseconds()
 	}
 	ks, as := []string{l.k.lock, l.k.void(l.token)}, []any{l.token, l.k.channel, void, l.k.lock}
-	if i == lead && l.waiter != "" {
+	if i == lead {
+		// The queue's keys, so that the notice names the next waiter.
 		ks, as = append(ks, l.k.queue, l.k.queueDL), append(as, l.waiter)
 	}
 	v, err := releaseScript.Run(ctx, l.b.nodes[i].c, ks, as...).Int64()

@@ -287,6 +287,9 @@ type backend struct {
 	rivals  map[string]bool        // lock key → this Client's last blocked Acquire of it had to wait (see Acquire)
 	snaps   map[string][]chanSnap  // lock key → the hubs' view when the last attempt began (see Wait)
 	id      string                 // this backend's notice message for its abandons (see hub.self)
+	waitID  string                 // prefix of this Client's waiter ids, and of its own release channels (see keys.own)
+	waitSeq atomic.Uint64          // numbers this Client's waiter ids
+	workers *workers               // run the fan-outs' calls (see fanInto); stopped once b.bg is done after Close
 }
 
 // gate marks an acquire attempt in flight; done is closed when it ends.
@@ -342,7 +345,9 @@ var (
 func newBackend(clients []*goredis.Client, owns bool) *backend {
 	b := &backend{quorum: len(clients)/2 + 1, owns: owns, gates: map[string]*gate{}, streaks: map[string]int{}, rivals: map[string]bool{}, snaps: map[string][]chanSnap{}}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.workers = newWorkers()
 	b.id = "fencelock-abandon:" + driver.NewToken()
+	b.waitID = driver.NewToken()
 	for _, c := range clients {
 		b.nodes = append(b.nodes, &node{addr: c.Options().Addr, c: c, hub: newHub(c, b.id)})
 	}
@@ -380,6 +385,10 @@ const queueKeep = 500 * time.Millisecond
 // earlier waiters are queued there.
 var errBehind = errors.New("queues earlier waiters (a blocked Acquire's retry asks it first)")
 
+// errQueued is a plain attempt's refusal by the lead primary, which held
+// the lock and queued the blocked Acquire.
+var errQueued = errors.New("holds the lock too and queued this waiter")
+
 // errLeadHeld is an ordered attempt's refusal by the lead primary because
 // the lock is held there.
 var errLeadHeld = errors.New("holds the lock for another owner (a blocked Acquire's retry asks it first)")
@@ -390,6 +399,12 @@ type attemptMode int
 const (
 	plain   attemptMode = iota // all at once; the lead's queue is not consulted
 	ordered                    // the lead first, the others once it granted
+	// named: all at once, the lead's queue consulted as in an ordered
+	// attempt, and the lead's refusal ends the attempt (the others'
+	// grants are abandoned). The retry of a waiter that the lead's
+	// release notice named: it is first in the lead's queue, so the lead
+	// grants it, and asking everyone at once saves a round trip.
+	named
 )
 
 // maxLeadWait bounds how long an ordered attempt waits for the lead
@@ -539,6 +554,7 @@ func (b *backend) Close() error {
 		nd.hub.close()
 	}
 	if !b.owns {
+		go func() { b.bg.Wait(); b.workers.stop() }()
 		return nil
 	}
 	// Calls still in flight (the background end of a decided fan-out) end
@@ -557,6 +573,7 @@ func (b *backend) Close() error {
 		}
 	}
 	b.bg.Wait()
+	b.workers.stop()
 	return errors.Join(errs...)
 }
 

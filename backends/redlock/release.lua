@@ -6,13 +6,17 @@
 -- With a void lifetime (the acquire request to this primary may still be
 -- in flight: its reply never came) the token is first marked void, so that
 -- the acquire script, if it only runs now, grants nothing.
--- With KEYS[3] and KEYS[4] (the lead primary, a lease of a blocked
--- Acquire): the waiters' queue and its deadlines (see acquire.lua), from
--- which ARGV[5], the lease's waiter id, is removed first: it kept its
--- place at the head while it held the lock. With ARGV[6] as well (the
+-- With KEYS[3] and KEYS[4] (the lead primary): the waiters' queue and
+-- its deadlines (see acquire.lua), from which ARGV[5], the lease's waiter
+-- id ('' for a TryAcquire's lease), is removed first: it kept its place
+-- at the head while it held the lock. With ARGV[6] as well (the
 -- abandon of a blocked Acquire's failed attempt) the waiter keeps its
 -- place instead, if it has one, for ARGV[6] ms from now: it asks again
 -- within that.
+-- The notice is ARGV[4]; a release (not an abandon) on the lead primary
+-- appends a newline and the id of the first live waiter in the queue, if
+-- any: the one waiter to wake. That notice also goes to the waiter's
+-- Client's own channel, ARGV[2] .. ':' .. the id up to its first dot.
 -- Returns 1 when released, 0 when the lock did not hold our token.
 if ARGV[3] ~= '0' then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
@@ -33,5 +37,29 @@ if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], ARGV[4])
+local msg = ARGV[4]
+if #KEYS == 4 and not ARGV[6] then
+  -- Name the first live waiter in the queue (dropping those past their
+  -- deadline, as acquire.lua does): only it can be granted next, so the
+  -- others need not wake (see Waiting, atop waiter.go).
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  while true do
+    local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    if not head then
+      break
+    end
+    if tonumber(redis.call('HGET', KEYS[4], head) or '0') >= now then
+      msg = msg .. '\n' .. head
+      local dot = string.find(head, '.', 1, true)
+      if dot then
+        redis.call('PUBLISH', ARGV[2] .. ':' .. string.sub(head, 1, dot - 1), msg)
+      end
+      break
+    end
+    redis.call('ZREM', KEYS[3], head)
+    redis.call('HDEL', KEYS[4], head)
+  end
+end
+redis.call('PUBLISH', ARGV[2], msg)
 return 1

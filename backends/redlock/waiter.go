@@ -5,7 +5,8 @@ package redlock
 // A blocked Acquire is woken by the release notices (Capabilities.Wait is
 // WaitNotify). The Client keeps one pub/sub connection per primary, shared
 // by all its waiters, subscribed to the channels of the locks they wait
-// for (a channel stays subscribed for 2 s after its last waiter leaves). A
+// for (a lock's channel stays subscribed for 200 ms after its last waiter
+// leaves; the Client's own channel on the lead, below, for 2 s). A
 // waiter subscribes on every primary and waits until a majority confirm;
 // then, unless a majority of those subscriptions were already confirmed
 // when its failed attempt began and have carried no notice since, it
@@ -15,8 +16,8 @@ package redlock
 // also wakes when enough of the holder's keys run out to free a majority,
 // by the PTTLs the primaries returned to its refused attempt (for an
 // ordered attempt, the lead's key, or the place ahead of it in the lead's
-// queue), and a jittered backoff (2 ms doubling to 100 ms, fencelock's
-// default; Options.Backoff is not used) bounds every wait. A dead or
+// queue), and a backoff bounds every wait: leadPoll after a refusal by
+// the lead (below), else the Client's Options.Backoff. A dead or
 // frozen primary is not needed to wait.
 //
 // Capabilities declare ReleaseWake and ExpiryWake of 100 ms: a waiter is
@@ -42,14 +43,38 @@ package redlock
 // has not answered within min(25 ms, validity/4), the other primaries are
 // asked at once and the lead's reply counts like theirs.
 //
+// A release wakes only the next waiter. The lead's release names the
+// first live waiter in its queue (release.lua): on the lock's channel,
+// and on that waiter's Client's own channel on the lead (keys.own; a
+// waiter id is its Client's id, a dot and a number). A waiter whose last
+// attempt the lead refused, for the lock held there or for earlier
+// waiters queued there, waits on its Client's own channel alone
+// (waitLead): it wakes for a notice naming it, an untargeted one, its
+// Client's kick (see handOff), or after leadPoll (40–50 ms, a safety net
+// whatever Options.Backoff is), earlier if the refusal said when the lock
+// or the place ahead frees. The others sleep through the release, and
+// their Clients receive nothing: the lock's channel is subscribed only
+// while some waiter waits on every primary (after a refusal that was not
+// the lead's, or while its own channel is not yet confirmed), and for
+// 200 ms after. The named waiter retries with a named attempt: every
+// primary at once, the lead's queue consulted and its verdict awaited
+// (up to min(25 ms, validity/4)), its refusal ending the attempt; so the
+// hand-off takes one round trip after the notice and passes nobody.
+// Before, every release woke every waiter of every Client and each asked
+// the lead, all but one to be refused: under 8-way contention on five
+// primaries about 20 script calls and 40 pub/sub messages per grant,
+// against about 11 calls (the release and the named attempt on each
+// primary, and the next Acquire joining the lead's queue) and one message
+// now.
+//
 // A waiter the lead granted keeps the head of the queue (nobody passes it
 // if its attempt then fails elsewhere: the abandon keeps its place) until
 // its lease's release takes it out, in the script that deletes the lock
 // key there, or until its lock key there expires, or 500 ms after the
 // grant if that comes first: a holder that stops renewing holds the queue
 // up no longer than its lock. A waiter keeps its place for 500 ms after
-// each of its attempts (every live waiter asks again well within that:
-// each wait is bounded by 100 ms); one that gives up takes it out, and
+// each of its attempts (every live waiter the lead refused asks again
+// well within that: its wait is bounded by leadPoll); one that gives up takes it out, and
 // one that died holds the queue up for at most 500 ms. The first attempt of a blocked Acquire is a plain
 // fan-out, as TryAcquire is (so an uncontended Acquire costs one round
 // trip; the lead still queues it if the lock is held there), unless this
@@ -73,6 +98,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -102,7 +128,10 @@ import (
 // frozen or dead primary never confirms and is simply not needed. It also
 // returns nil when kick receives (see handOff). Blocked Acquires use it
 // (blocker.go).
-func (b *backend) wait(ctx context.Context, name string, kick <-chan struct{}) error {
+//
+// id is the waiter's id in the lead primary's queue. leadOnly says that
+// the waiter's last attempt was refused by the lead (see waitLead).
+func (b *backend) wait(ctx context.Context, name, id string, leadOnly bool, kick <-chan struct{}) error {
 	if g := b.inFlight(name); g != nil {
 		// This Client's own attempt decides first (see gate).
 		select {
@@ -117,11 +146,23 @@ func (b *backend) wait(ctx context.Context, name string, kick <-chan struct{}) e
 		}
 	}
 	k := keysFor(name)
+	if leadOnly {
+		if done, err := b.waitLead(ctx, k, id, kick); done {
+			return err
+		}
+	}
 	n, q := len(b.nodes), b.quorum
 	wake := make(chan struct{}, 1)
 	pongs := make(chan struct{}, n)
+	// This Client's own channel on the lead, so that the next waitLead
+	// finds it confirmed. Its confirmation is not counted below.
+	own := &waiter{channel: k.own(b.waitID), id: id, own: true, wake: wake, pong: make(chan struct{}, 1)}
+	if err := b.nodes[lead].hub.register(own); err != nil {
+		return err
+	}
+	defer b.nodes[lead].hub.leave(own)
 	for _, nd := range b.nodes {
-		w := &waiter{channel: k.channel, wake: wake, pong: pongs}
+		w := &waiter{channel: k.channel, id: id, wake: wake, pong: pongs}
 		if err := nd.hub.register(w); err != nil {
 			return err
 		}
@@ -144,10 +185,10 @@ func (b *backend) wait(ctx context.Context, name string, kick <-chan struct{}) e
 	if snap := b.lastSnap(name); snap != nil {
 		quiet := 0
 		for i, nd := range b.nodes {
-			cur := nd.hub.state(k.channel)
+			cur := nd.hub.state(k.channel, id)
 			switch {
 			case !snap[i].confirmed || cur.id != snap[i].id:
-			case cur.msgs != snap[i].msgs:
+			case cur.noticedSince(snap[i]):
 				return nil // a notice (or a broken connection) since the attempt began
 			case cur.confirmed:
 				quiet++
@@ -167,6 +208,65 @@ func (b *backend) wait(ctx context.Context, name string, kick <-chan struct{}) e
 		}
 	}
 	return b.checkKeys(ctx, k, wake, kick)
+}
+
+// waitLead is the wait of a waiter whose last attempt the lead primary
+// refused, for the lock held there or for earlier waiters queued there:
+// the lead decides the next grant, and its release notice names the one
+// waiter it will grant (release.lua), so only that waiter needs to wake.
+// The others keep their place in the lead's queue and wait on the lead's
+// subscription alone, for a notice naming them, an untargeted notice, a
+// kick, or their backoff; their Clients do not read the other
+// primaries' notices, nor attempt on every release.
+//
+// This needs the lead's subscription to have been confirmed since before
+// the refused attempt began (so no release since then went unseen): when
+// it was not, waitLead returns done=false and the caller waits on every
+// primary. A release the lead missed (its releaser could not reach it)
+// leaves the lead's key in place: the refusal said when it runs out
+// (freeAt) and the backoff bounds the wait, after which the waiter
+// attempts on every primary (see Acquire in blocker.go).
+func (b *backend) waitLead(ctx context.Context, k keys, id string, kick <-chan struct{}) (done bool, err error) {
+	snap := b.lastSnap(k.lock)
+	if snap == nil || !snap[len(b.nodes)].confirmed {
+		return false, nil
+	}
+	own := snap[len(b.nodes)]
+	h := b.nodes[lead].hub
+	wake := make(chan struct{}, 1)
+	w := &waiter{channel: k.own(b.waitID), id: id, own: true, wake: wake, pong: make(chan struct{}, 1)}
+	if err := h.register(w); err != nil {
+		return true, err
+	}
+	defer h.leave(w)
+	switch cur := h.state(w.channel, id); {
+	case !cur.confirmed || cur.id != own.id:
+		return false, nil
+	case cur.noticedSince(own):
+		return true, nil
+	}
+	select {
+	case <-wake:
+		return true, nil
+	case <-kick:
+		return true, nil
+	case <-ctx.Done():
+		return true, ctx.Err()
+	case <-b.ctx.Done():
+		return true, driver.ErrClosed
+	}
+}
+
+// namedSince reports whether the lead primary's notice named waiter id
+// since the snapshot before its last attempt on name.
+func (b *backend) namedSince(name, id string) bool {
+	snap := b.lastSnap(name)
+	if snap == nil {
+		return false
+	}
+	own := snap[len(b.nodes)]
+	cur := b.nodes[lead].hub.state(keysFor(name).own(b.waitID), id)
+	return cur.id == own.id && cur.named != own.named
 }
 
 // checkKeys is the end of a wait whose subscriptions are new: it reads the
@@ -228,20 +328,30 @@ func (b *backend) checkKeys(ctx context.Context, k keys, wake <-chan struct{}, k
 	}
 }
 
-// chanSnap is what a hub knew of one channel at a moment.
+// chanSnap is what a hub knew of one channel, for one waiter, at a moment.
 type chanSnap struct {
 	id        uint64 // the subscription's identity (0: not subscribed)
-	msgs      uint64 // notices received (and connection breaks) so far
+	msgs      uint64 // untargeted notices received (and connection breaks) so far
+	named     uint64 // notices naming the waiter so far
 	confirmed bool   // the server confirmed the subscription
 }
 
-// snapshot records, before an attempt on k, what every primary's hub
-// knows of k's channel, for the next Wait on it (see Wait).
-func (b *backend) snapshot(k keys) {
-	snap := make([]chanSnap, len(b.nodes))
+// noticedSince reports whether a notice for the waiter (an untargeted one,
+// one naming it, or a connection break) came between prev and s.
+func (s chanSnap) noticedSince(prev chanSnap) bool {
+	return s.msgs != prev.msgs || s.named != prev.named
+}
+
+// snapshot records, before an attempt on k by waiter id ("" for a
+// TryAcquire), what every primary's hub knows of k's channel, and (last)
+// what the lead's knows of this Client's own channel, for the next Wait
+// on it (see Wait).
+func (b *backend) snapshot(k keys, id string) {
+	snap := make([]chanSnap, len(b.nodes)+1)
 	for i, nd := range b.nodes {
-		snap[i] = nd.hub.state(k.channel)
+		snap[i] = nd.hub.state(k.channel, id)
 	}
+	snap[len(b.nodes)] = b.nodes[lead].hub.state(k.own(b.waitID), id)
 	b.mu.Lock()
 	if len(b.snaps) >= maxSnaps {
 		clear(b.snaps) // names tried once and never again: forget them
@@ -288,17 +398,34 @@ type chanState struct {
 	id        uint64
 	waiters   map[*waiter]struct{}
 	confirmed bool
-	msgs      uint64
-	idleSince time.Time // when its last waiter left; zero while it has waiters
+	msgs      uint64            // untargeted notices and connection breaks
+	named     map[string]uint64 // waiter id → notices naming it (at most maxNamed ids)
+	idleSince time.Time         // when its last waiter left; zero while it has waiters
+	linger    time.Duration     // how long it stays subscribed without waiters
 }
 
-// linger is how long a channel stays subscribed without waiters.
-const linger = 2 * time.Second
+// maxNamed bounds chanState.named: when it is full it is cleared and
+// counted as an untargeted notice (every waiter looks again once).
+const maxNamed = 256
+
+// linger is how long a Client's own channel (see waitLead) stays
+// subscribed on the lead without waiters; sharedLinger is how long a
+// lock's release channel does. The shared channel carries every
+// release's notice from every primary to every subscribed Client, so
+// under contention a subscription kept for nothing costs a message per
+// grant and primary; the own channel carries only the notices naming the
+// Client's waiters.
+const (
+	linger       = 2 * time.Second
+	sharedLinger = 200 * time.Millisecond
+)
 
 // waiter is one Wait call's registration on one primary. wake and pong are
 // shared by the call's registrations on every primary.
 type waiter struct {
 	channel string
+	id      string // the waiter's id in the lead's queue: a notice naming another waiter does not wake it
+	own     bool   // channel is the Client's own (see keys.own)
 	ping    string
 	pong    chan struct{} // one send when our PING's reply arrives (cap: number of primaries)
 	wake    chan struct{} // cap 1: a release was published
@@ -322,12 +449,15 @@ func (h *hub) register(w *waiter) error {
 		return driver.ErrClosed
 	}
 	if h.sub == nil {
-		h.sub = redisx.NewSub(h.client, redisx.Handlers{Message: h.message, Pong: h.pong, Broken: h.broken, Tick: h.sweep, TickEvery: linger / 2})
+		h.sub = redisx.NewSub(h.client, redisx.Handlers{Message: h.message, Pong: h.pong, Broken: h.broken, Tick: h.sweep, TickEvery: sharedLinger / 2})
 	}
 	cs := h.chans[w.channel]
 	if cs == nil {
 		h.seq++
-		cs = &chanState{id: h.seq, waiters: map[*waiter]struct{}{}}
+		cs = &chanState{id: h.seq, waiters: map[*waiter]struct{}{}, linger: sharedLinger}
+		if w.own {
+			cs.linger = linger
+		}
 		h.chans[w.channel] = cs
 		h.sub.Subscribe(w.channel)
 	}
@@ -347,15 +477,15 @@ func (h *hub) register(w *waiter) error {
 	return nil
 }
 
-// state returns what the hub knows of channel now.
-func (h *hub) state(channel string) chanSnap {
+// state returns what the hub knows of channel now, for waiter id.
+func (h *hub) state(channel, id string) chanSnap {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cs := h.chans[channel]
 	if cs == nil {
 		return chanSnap{}
 	}
-	return chanSnap{id: cs.id, msgs: cs.msgs, confirmed: cs.confirmed}
+	return chanSnap{id: cs.id, msgs: cs.msgs, named: cs.named[id], confirmed: cs.confirmed}
 }
 
 // leave removes w. A channel left without waiters stays subscribed for
@@ -377,7 +507,7 @@ func (h *hub) sweep() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for ch, cs := range h.chans {
-		if len(cs.waiters) == 0 && !cs.idleSince.IsZero() && time.Since(cs.idleSince) > linger {
+		if len(cs.waiters) == 0 && !cs.idleSince.IsZero() && time.Since(cs.idleSince) > cs.linger {
 			delete(h.chans, ch)
 			h.sub.Unsubscribe(ch)
 		}
@@ -385,23 +515,41 @@ func (h *hub) sweep() {
 }
 
 // message handles a message on a subscribed channel: a release notice
-// wakes the channel's waiters. This Client's own abandons free nothing
-// another holder held: they neither wake its waiters nor count as notices.
+// wakes the channel's waiters, or only the one it names (the lead's
+// release names the next waiter in its queue: release.lua). This Client's
+// own abandons free nothing another holder held: they neither wake its
+// waiters nor count as notices.
 func (h *hub) message(ch, payload string) {
 	if payload != h.self {
-		h.wakeChannel(ch)
+		_, head, _ := strings.Cut(payload, "\n")
+		h.wakeChannel(ch, head)
 	}
 }
 
-func (h *hub) wakeChannel(ch string) {
+// wakeChannel wakes the waiters on ch: every one, or (head not empty)
+// those with id head.
+func (h *hub) wakeChannel(ch, head string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cs := h.chans[ch]
 	if cs == nil {
 		return
 	}
-	cs.msgs++
+	switch {
+	case head == "":
+		cs.msgs++
+	case len(cs.named) >= maxNamed || cs.named == nil:
+		if cs.named != nil {
+			cs.msgs++ // the counts are forgotten: every waiter looks again
+		}
+		cs.named = map[string]uint64{head: 1}
+	default:
+		cs.named[head]++
+	}
 	for w := range cs.waiters {
+		if head != "" && w.id != head {
+			continue
+		}
 		select {
 		case w.wake <- struct{}{}:
 		default:
