@@ -59,7 +59,7 @@ func (b *backend) fanInto(ch chan<- reply, deadline time.Time, idx []int, call f
 		}
 	}
 	for _, i := range idx {
-		b.workers.run(func() {
+		b.nodes[i].workers.run(func() {
 			defer b.bg.Done()
 			a, v, err := call(ctx, i)
 			ch <- reply{i: i, a: a, b: v, err: err}

@@ -261,9 +261,10 @@ func checkCount(n int) error {
 
 // node is one primary.
 type node struct {
-	addr string
-	c    *goredis.Client
-	hub  *hub
+	addr    string
+	c       *goredis.Client
+	hub     *hub
+	workers *workers // run the fan-outs' calls to this primary (see fanInto)
 }
 
 // backend is the Redlock driver. It implements driver.Backend,
@@ -289,7 +290,6 @@ type backend struct {
 	id      string                 // this backend's notice message for its abandons (see hub.self)
 	waitID  string                 // prefix of this Client's waiter ids, and of its own release channels (see keys.own)
 	waitSeq atomic.Uint64          // numbers this Client's waiter ids
-	workers *workers               // run the fan-outs' calls (see fanInto); stopped once b.bg is done after Close
 }
 
 // gate marks an acquire attempt in flight; done is closed when it ends.
@@ -345,11 +345,10 @@ var (
 func newBackend(clients []*goredis.Client, owns bool) *backend {
 	b := &backend{quorum: len(clients)/2 + 1, owns: owns, gates: map[string]*gate{}, streaks: map[string]int{}, rivals: map[string]bool{}, snaps: map[string][]chanSnap{}}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	b.workers = newWorkers()
 	b.id = "fencelock-abandon:" + driver.NewToken()
 	b.waitID = driver.NewToken()
 	for _, c := range clients {
-		b.nodes = append(b.nodes, &node{addr: c.Options().Addr, c: c, hub: newHub(c, b.id)})
+		b.nodes = append(b.nodes, &node{addr: c.Options().Addr, c: c, hub: newHub(c, b.id), workers: newWorkers(c.Options().PoolSize)})
 	}
 	return b
 }
@@ -554,7 +553,7 @@ func (b *backend) Close() error {
 		nd.hub.close()
 	}
 	if !b.owns {
-		go func() { b.bg.Wait(); b.workers.stop() }()
+		go func() { b.bg.Wait(); b.stopWorkers() }()
 		return nil
 	}
 	// Calls still in flight (the background end of a decided fan-out) end
@@ -573,8 +572,16 @@ func (b *backend) Close() error {
 		}
 	}
 	b.bg.Wait()
-	b.workers.stop()
+	b.stopWorkers()
 	return errors.Join(errs...)
+}
+
+// stopWorkers stops every primary's workers, once b.bg is done after
+// Close.
+func (b *backend) stopWorkers() {
+	for _, nd := range b.nodes {
+		nd.workers.stop()
+	}
 }
 
 // millis rounds d up to whole milliseconds (PX): the store keeps the lock
