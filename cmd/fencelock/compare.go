@@ -30,6 +30,7 @@ type compareConfig struct {
 	torture       time.Duration // torture run per store (0: none)
 	tortureSeed   uint64
 	note          string // said of the machine after the run time, e.g. that it was shared
+	peersOnly     bool   // re-render only the peers section of the document at --out
 }
 
 // backendResult is one backend's measurements; a zero field was not
@@ -70,12 +71,17 @@ func parseCompareFlags(args []string) (cfg compareConfig, urls multiFlag, out *s
 	fs.DurationVar(&cfg.torture, "torture", 30*time.Second, "torture run per store (0: leave the section out)")
 	fs.Uint64Var(&cfg.tortureSeed, "torture-seed", 24, "seed of the torture runs")
 	fs.StringVar(&cfg.note, "note", "", "a sentence on the machine for the document's first paragraph (e.g. that other jobs shared it)")
+	fs.BoolVar(&cfg.peersOnly, "peers-only", false, "measure nothing and start no server: re-render only the \"Next to the peers\" section of the existing document at --out from --peers, leaving every other byte (and the charts in img/) as they are")
 	if err := parse(fs, args); err != nil {
 		return cfg, nil, nil, err
 	}
 	if cfg.failoverRuns < 0 || cfg.failoverTTL <= 0 || cfg.torture < 0 || cfg.tortureSeed == 0 {
 		fmt.Fprintln(os.Stderr, "fencelock compare: --failover-runs and --torture must not be negative, --failover-ttl and --torture-seed must be positive")
 		return cfg, nil, nil, usageError{errors.New("bad flag value")}
+	}
+	if cfg.peersOnly && len(urls) > 0 {
+		fmt.Fprintln(os.Stderr, "fencelock compare: --peers-only measures nothing; --url does not go with it")
+		return cfg, nil, nil, usageError{errors.New("--url with --peers-only")}
 	}
 	return cfg, urls, out, nil
 }
@@ -84,6 +90,9 @@ func runCompare(ctx context.Context, args []string) error {
 	cfg, urls, out, err := parseCompareFlags(args)
 	if err != nil {
 		return err
+	}
+	if cfg.peersOnly {
+		return runPeersOnly(*out, cfg.peers)
 	}
 	start := time.Now()
 	targets, cleanup, err := compareTargets(ctx, urls)
