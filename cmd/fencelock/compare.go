@@ -56,7 +56,7 @@ type backendResult struct {
 func parseCompareFlags(args []string) (cfg compareConfig, urls multiFlag, out *string, err error) {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.Var(&urls, "url", "a store URL to compare (repeatable); default: start every backend's server locally, configured as in production")
-	out = fs.String("out", "docs/comparison.md", "where to write the markdown ('-' for stdout); charts go to img/ next to it")
+	out = fs.String("out", "docs/comparison.md", "where to write the markdown ('-' for stdout); charts go to img/ next to it (with --peers-only: the existing document to rewrite)")
 	fs.IntVar(&cfg.n, "n", 1000, "uncontended acquire+release iterations per store")
 	fs.IntVar(&cfg.handoffs, "handoffs", 100, "hand-offs per store")
 	fs.DurationVar(&cfg.dur, "duration", 3*time.Second, "contention run length per store")
