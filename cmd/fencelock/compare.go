@@ -30,6 +30,7 @@ type compareConfig struct {
 	torture       time.Duration // torture run per store (0: none)
 	tortureSeed   uint64
 	note          string // said of the machine after the run time, e.g. that it was shared
+	peersOnly     bool   // re-render only the peers section of the document at --out
 }
 
 // backendResult is one backend's measurements; a zero field was not
@@ -55,7 +56,7 @@ type backendResult struct {
 func parseCompareFlags(args []string) (cfg compareConfig, urls multiFlag, out *string, err error) {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.Var(&urls, "url", "a store URL to compare (repeatable); default: start every backend's server locally, configured as in production")
-	out = fs.String("out", "docs/comparison.md", "where to write the markdown ('-' for stdout); charts go to img/ next to it")
+	out = fs.String("out", "docs/comparison.md", "where to write the markdown ('-' for stdout); charts go to img/ next to it (with --peers-only: the existing document to rewrite)")
 	fs.IntVar(&cfg.n, "n", 1000, "uncontended acquire+release iterations per store")
 	fs.IntVar(&cfg.handoffs, "handoffs", 100, "hand-offs per store")
 	fs.DurationVar(&cfg.dur, "duration", 3*time.Second, "contention run length per store")
@@ -70,12 +71,17 @@ func parseCompareFlags(args []string) (cfg compareConfig, urls multiFlag, out *s
 	fs.DurationVar(&cfg.torture, "torture", 30*time.Second, "torture run per store (0: leave the section out)")
 	fs.Uint64Var(&cfg.tortureSeed, "torture-seed", 24, "seed of the torture runs")
 	fs.StringVar(&cfg.note, "note", "", "a sentence on the machine for the document's first paragraph (e.g. that other jobs shared it)")
+	fs.BoolVar(&cfg.peersOnly, "peers-only", false, "measure nothing and start no server: re-render only the \"Next to the peers\" section of the existing document at --out from --peers, leaving every other byte (and the charts in img/) as they are")
 	if err := parse(fs, args); err != nil {
 		return cfg, nil, nil, err
 	}
 	if cfg.failoverRuns < 0 || cfg.failoverTTL <= 0 || cfg.torture < 0 || cfg.tortureSeed == 0 {
 		fmt.Fprintln(os.Stderr, "fencelock compare: --failover-runs and --torture must not be negative, --failover-ttl and --torture-seed must be positive")
 		return cfg, nil, nil, usageError{errors.New("bad flag value")}
+	}
+	if cfg.peersOnly && len(urls) > 0 {
+		fmt.Fprintln(os.Stderr, "fencelock compare: --peers-only measures nothing; --url does not go with it")
+		return cfg, nil, nil, usageError{errors.New("--url with --peers-only")}
 	}
 	return cfg, urls, out, nil
 }
@@ -84,6 +90,9 @@ func runCompare(ctx context.Context, args []string) error {
 	cfg, urls, out, err := parseCompareFlags(args)
 	if err != nil {
 		return err
+	}
+	if cfg.peersOnly {
+		return runPeersOnly(*out, cfg.peers)
 	}
 	start := time.Now()
 	targets, cleanup, err := compareTargets(ctx, urls)

@@ -54,7 +54,7 @@ func (d *compareDoc) render() []byte {
 	for _, r := range d.results {
 		rows = append(rows, []string{r.label, r.server})
 	}
-	mdTable(&b, []string{"backend", "server in this run"}, rows)
+	mdTable(&b, serversHeader, rows)
 
 	b.WriteString(guideText)
 

@@ -139,7 +139,7 @@ func (im peerImpl) name() string {
 }
 
 func (d *compareDoc) renderPeers(b *bytes.Buffer) {
-	b.WriteString("## Next to the peers\n\n")
+	b.WriteString(peersHeading + "\n\n")
 	p := d.peers
 	if p == nil {
 		fmt.Fprintf(b, "Peer numbers were not included in this generation: %v.\n\n", d.peersErr)

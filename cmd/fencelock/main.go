@@ -8,10 +8,14 @@
 //	fencelock lostupdates [--url URL]   lost updates by stall rate × fencing mode
 //	fencelock bench       [--url URL]   acquire+release, hand-off and contention numbers
 //	fencelock compare     [--url URL]…  all stores side by side → docs/comparison.md
+//	fencelock compare --peers-only      only its "Next to the peers" section, from docs/bench/peers.json
 //	fencelock torture     [--url URL]   random operations under random faults, the history checked
 //
 // Without --url each command starts an embedded default store and says
-// where it runs.
+// where it runs. `compare --peers-only` measures nothing and starts no
+// server: after `make bench-peers` it re-renders the "Next to the peers"
+// section of the existing document at --out from --peers and leaves every
+// other byte of it, and the charts in img/, as they were.
 package main
 
 import (
@@ -37,6 +41,8 @@ commands:
   lostupdates  the lost-update table: stall rate × {no fencing, write-only, claim-first}
   bench        acquire+release latency, hand-off latency, contended throughput
   compare      all of the above across backends → docs/comparison.md
+               (--peers-only: re-render only its "Next to the peers" section
+               from docs/bench/peers.json after make bench-peers; measures nothing)
   torture      random operations while faults are injected; a checker judges the history
 
 Every command takes --url URL (e.g. mem://, redis://127.0.0.1:6379/0,
