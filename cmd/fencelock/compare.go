@@ -71,7 +71,7 @@ func parseCompareFlags(args []string) (cfg compareConfig, urls multiFlag, out *s
 	fs.DurationVar(&cfg.torture, "torture", 30*time.Second, "torture run per store (0: leave the section out)")
 	fs.Uint64Var(&cfg.tortureSeed, "torture-seed", 24, "seed of the torture runs")
 	fs.StringVar(&cfg.note, "note", "", "a sentence on the machine for the document's first paragraph (e.g. that other jobs shared it)")
-	fs.BoolVar(&cfg.peersOnly, "peers-only", false, "measure nothing and start no server: re-render only the \"Next to the peers\" section of the existing document at --out from --peers, leaving every other byte (and the charts in img/) as they are")
+	fs.BoolVar(&cfg.peersOnly, "peers-only", false, "measure nothing and start no server: re-render only the \"Next to the peers\" section of the existing document at --out from --peers, leaving every other byte as it is; img/contention.svg is redrawn, img/handoff.svg left")
 	if err := parse(fs, args); err != nil {
 		return cfg, nil, nil, err
 	}

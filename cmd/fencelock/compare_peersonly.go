@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -23,7 +24,10 @@ var serversHeader = []string{"backend", "server in this run"}
 // server. The section runs from its heading through the line before the
 // next "## " heading, or to the end of the file. Its backends are the rows
 // of the document's server table, in their order, as compare listed them.
-// On any error the document is left as it was.
+// The contention chart (img/contention.svg next to out), drawn from the
+// peers file alone, is redrawn; the hand-off chart, which needs compare's
+// own measurements, is left as it was. On any error the document is left
+// as it was.
 func runPeersOnly(out, peersPath string) error {
 	if out == "-" || out == "" {
 		return errors.New("--peers-only rewrites an existing document: give its path with --out, not '-'")
@@ -43,10 +47,23 @@ func runPeersOnly(out, peersPath string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", out, err)
 	}
+	// The contention chart is drawn from the peers file alone when it has
+	// contention rows (see contentionPoints): redraw it with the section.
+	d, chart := &compareDoc{peers: p}, ""
+	if len(d.peerContention()) > 0 {
+		chart = ", and img/contention.svg,"
+		imgDir := filepath.Join(filepath.Dir(out), "img")
+		if err := os.MkdirAll(imgDir, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(imgDir, "contention.svg"), d.contentionChart(), 0o644); err != nil {
+			return err
+		}
+	}
 	if err := os.WriteFile(out, updated, 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "compare: rewrote %q in %s from %s (bench-peers run %s)\n", peersHeading, out, peersPath, p.Date)
+	fmt.Fprintf(os.Stderr, "compare: rewrote %q in %s%s from %s (bench-peers run %s)\n", peersHeading, out, chart, peersPath, p.Date)
 	return nil
 }
 

@@ -25,7 +25,8 @@ const peersJSON = `{
     {"id": "redis/fencelock", "store": "redis", "fencelock": true, "metrics": {
       "acquire_release_p50_us": {"median": 110, "min": 100, "max": 120},
       "handoff_p50_us": {"median": 300, "min": 300, "max": 300},
-      "contended_per_s": {"median": 4000, "min": 3900, "max": 4100}}},
+      "contended_per_s": {"median": 4000, "min": 3900, "max": 4100},
+      "contended_worst_wait_ms": {"median": 8, "min": 7, "max": 9}}},
     {"id": "redis/redislock", "store": "redis", "library": "github.com/bsm/redislock", "metrics": {
       "acquire_release_p50_us": {"median": 90, "min": 80, "max": 95}},
      "errors": ["round 2: timeout"]},
@@ -102,8 +103,12 @@ func TestComparePeersOnly(t *testing.T) {
 			if !strings.Contains(sec, "run 2031-05-06T07:08:09Z") || !strings.Contains(sec, "| redis | **fencelock** |") || strings.Contains(sec, "stale") {
 				t.Errorf("the section is not the one rendered from the peers file:\n%s", sec)
 			}
-			if _, err := os.Stat(filepath.Join(filepath.Dir(docPath), "img")); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("--peers-only wrote charts (img/: %v)", err)
+			img := filepath.Join(filepath.Dir(docPath), "img")
+			if svg, err := os.ReadFile(filepath.Join(img, "contention.svg")); err != nil || !bytes.Equal(svg, (&compareDoc{peers: mustReadPeers(t, peersPath)}).contentionChart()) {
+				t.Errorf("--peers-only did not redraw img/contention.svg from the peers file (%v)", err)
+			}
+			if _, err := os.Stat(filepath.Join(img, "handoff.svg")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("--peers-only wrote the hand-off chart, which needs compare's measurements (%v)", err)
 			}
 		})
 	}
@@ -155,4 +160,13 @@ func TestComparePeersOnlyErrors(t *testing.T) {
 	if _, _, _, err := parseCompareFlags([]string{"--peers-only", "--url", "mem://x"}); !errors.As(err, &ue) {
 		t.Errorf("--peers-only --url: got %v, want a usage error", err)
 	}
+}
+
+func mustReadPeers(t *testing.T, path string) *peersFile {
+	t.Helper()
+	p, err := readPeers(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -15,7 +15,8 @@
 // where it runs. `compare --peers-only` measures nothing and starts no
 // server: after `make bench-peers` it re-renders the "Next to the peers"
 // section of the existing document at --out from --peers and leaves every
-// other byte of it, and the charts in img/, as they were.
+// other byte of it as it was; it redraws img/contention.svg (drawn from
+// the peers file alone) and leaves img/handoff.svg.
 package main
 
 import (
