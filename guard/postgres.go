@@ -28,8 +28,9 @@ type DB interface {
 var ErrNotFound = errors.New("guard: no such row")
 
 // ErrInvalid: a bad table or column name, or a fence that is not a
-// positive bigint.
-var ErrInvalid = errors.New("guard: invalid argument")
+// positive bigint. It is fencelock.ErrInvalid (driver.ErrInvalid), so one
+// errors.Is check covers bad input to the lock and to its guard.
+var ErrInvalid = driver.ErrInvalid
 
 // PGTable is a Postgres table whose rows are guarded by a fence column
 // (bigint NOT NULL DEFAULT 0): the resource side of fencing for rows of

@@ -199,8 +199,9 @@ func TestPGTable(t *testing.T) {
 		if cols == nil {
 			cols = []string{"state"}
 		}
-		if err := tb.WriteClaimed(ctx, db, "j1", tc.f, cols, "x"); !errors.Is(err, guard.ErrInvalid) {
-			t.Errorf("%s: WriteClaimed = %v, want ErrInvalid", tc.what, err)
+		err = tb.WriteClaimed(ctx, db, "j1", tc.f, cols, "x")
+		if !errors.Is(err, guard.ErrInvalid) || !errors.Is(err, fencelock.ErrInvalid) {
+			t.Errorf("%s: WriteClaimed = %v, want ErrInvalid (guard's, which is fencelock's)", tc.what, err)
 		}
 	}
 }
