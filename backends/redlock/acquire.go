@@ -29,7 +29,7 @@ import (
 // after one round trip, holding nothing. This only orders the requests:
 // the grant still needs a majority within the validity, as for any
 // attempt. When the lead fails, or has not answered within
-// min(maxLeadWait, validity/4), the others are asked at once and the lead's
+// leadWait (see the const), the others are asked at once and the lead's
 // reply, when it comes, counts like theirs.
 //
 // The attempt runs in steps, each a method of acquisition: ask (the
@@ -144,6 +144,9 @@ func (a *acquisition) call(ctx context.Context, i int) (int64, int64, error) {
 	if err == nil && len(res) == 3 {
 		a.behindFor.Store(res[2])
 	}
+	if i == lead {
+		a.b.leadSlow.Store(err != nil && !redisx.IsReply(err))
+	}
 	switch {
 	case err == nil && res[0] == 1:
 		a.at.states[i].Store(stateGranted)
@@ -173,7 +176,7 @@ func (a *acquisition) ask(ctx context.Context) error {
 }
 
 // askLeadFirst asks the lead primary, and the others once it granted,
-// failed, or has not answered within min(maxLeadWait, validity/4). The
+// failed, or has not answered within a.leadWait(). The
 // lead's refusal ends the attempt, holding nothing; its grant or failure
 // is put back on a.replies, to be counted with the others'.
 func (a *acquisition) askLeadFirst(ctx context.Context) error {
@@ -188,7 +191,7 @@ func (a *acquisition) askLeadFirst(ctx context.Context) error {
 		}
 	}
 	a.b.fanInto(a.replies, a.callDeadline, []int{lead}, a.call)
-	wait := time.NewTimer(min(maxLeadWait, a.validity/4))
+	wait := time.NewTimer(a.leadWait())
 	select {
 	case r := <-a.replies:
 		wait.Stop()
@@ -197,6 +200,7 @@ func (a *acquisition) askLeadFirst(ctx context.Context) error {
 		}
 		a.replies <- r // granted, or failed: counted with the others' replies
 	case <-wait.C: // the lead is slow: ask the others without waiting for it
+		a.b.leadSlow.Store(true)
 	case <-ctx.Done():
 		wait.Stop()
 		return ctxErr(ctx, "acquire", "waiting for the lead primary")
@@ -206,6 +210,15 @@ func (a *acquisition) askLeadFirst(ctx context.Context) error {
 	}
 	a.b.fanInto(a.replies, a.callDeadline, rest, a.call)
 	return nil
+}
+
+// leadWait is how long the attempt waits for the lead's answer before it
+// goes on without it (see the const leadWait).
+func (a *acquisition) leadWait() time.Duration {
+	if a.b.leadSlow.Load() {
+		return min(maxLeadWait, a.validity/4)
+	}
+	return min(leadWait, a.validity/4)
 }
 
 // leadRefused is the error for the lead primary's refusal r of an ordered
@@ -235,7 +248,7 @@ func (a *acquisition) awaitMajority(ctx context.Context) error {
 	var leadWait <-chan time.Time
 	leadPending := a.mode == named
 	if leadPending {
-		t := time.NewTimer(min(maxLeadWait, a.validity/4))
+		t := time.NewTimer(a.leadWait())
 		defer t.Stop()
 		leadWait = t.C
 	}
@@ -251,6 +264,7 @@ func (a *acquisition) awaitMajority(ctx context.Context) error {
 			a.count(r)
 		case <-leadWait:
 			leadPending = false
+			a.b.leadSlow.Store(true)
 		case <-ctx.Done():
 			return ctxErr(ctx, "acquire", fmt.Sprintf("%d of %d primaries had granted, %d needed", len(a.grants), n, q))
 		}
@@ -378,11 +392,14 @@ func (a *acquisition) writeBack(ctx context.Context, fence int64, stored int, be
 	return nil
 }
 
-// checkValidity refuses a grant that came after the validity ended.
+// checkValidity refuses a grant that came after the validity ended. A
+// majority granted, so the lock is free once the attempt is abandoned:
+// the refusal says so (freeAt now), and a blocked Acquire retries at once
+// rather than after its backoff.
 func (a *acquisition) checkValidity() error {
 	if el := time.Since(a.start); el >= a.validity {
-		return fmt.Errorf("%w: redlock acquire: a majority granted only after %v, past the validity of the %v TTL (TTL − %g×TTL − %v): if this persists, raise the TTL or check the primaries' latency",
-			driver.ErrNotAcquired, el.Round(time.Microsecond), a.req.TTL, DriftFactor, DriftMin)
+		return &freeAt{fmt.Errorf("%w: redlock acquire: a majority granted only after %v, past the validity of the %v TTL (TTL − %g×TTL − %v): if this persists, raise the TTL or check the primaries' latency",
+			driver.ErrNotAcquired, el.Round(time.Microsecond), a.req.TTL, DriftFactor, DriftMin), time.Now()}
 	}
 	return nil
 }

@@ -290,6 +290,9 @@ type backend struct {
 	id      string                 // this backend's notice message for its abandons (see hub.self)
 	waitID  string                 // prefix of this Client's waiter ids, and of its own release channels (see keys.own)
 	waitSeq atomic.Uint64          // numbers this Client's waiter ids
+	// leadSlow: the lead primary's last reply to an acquire failed or
+	// came after an attempt stopped waiting for it (see leadWait).
+	leadSlow atomic.Bool
 }
 
 // gate marks an acquire attempt in flight; done is closed when it ends.
@@ -406,9 +409,16 @@ const (
 	named
 )
 
-// maxLeadWait bounds how long an ordered attempt waits for the lead
-// primary's answer before it asks the others anyway (see try).
-const maxLeadWait = 25 * time.Millisecond
+// How long an ordered or named attempt waits for the lead primary's
+// answer before it goes on without it (see try), at most validity/4:
+// leadWait while the lead has been answering, so that a lead merely slowed
+// by a busy machine keeps the queue's order; maxLeadWait once it failed
+// to answer in time or with an error (see backend.leadSlow), so that a
+// frozen or dead lead costs each attempt little.
+const (
+	leadWait    = 250 * time.Millisecond
+	maxLeadWait = 25 * time.Millisecond
+)
 
 // fenceOf picks the fence from the grants: the q-th smallest counter
 // returned. It also returns how many grants returned exactly that value

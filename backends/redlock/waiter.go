@@ -40,8 +40,9 @@ package redlock
 // goes round the waiting Clients in arrival order. This only orders the
 // requests: a grant still needs a majority within the validity, and the
 // fence and every other guarantee are as above. When the lead fails, or
-// has not answered within min(25 ms, validity/4), the other primaries are
-// asked at once and the lead's reply counts like theirs.
+// has not answered within min(250 ms, validity/4) (25 ms once it failed to
+// answer in time: see leadWait), the other primaries are asked at once and
+// the lead's reply counts like theirs.
 //
 // A release wakes only the next waiter. The lead's release names the
 // first live waiter in its queue (release.lua): on the lock's channel,
@@ -58,7 +59,7 @@ package redlock
 // the lead's, or while its own channel is not yet confirmed), and for
 // 200 ms after. The named waiter retries with a named attempt: every
 // primary at once, the lead's queue consulted and its verdict awaited
-// (up to min(25 ms, validity/4)), its refusal ending the attempt; so the
+// (as an ordered attempt waits for it), its refusal ending the attempt; so the
 // hand-off takes one round trip after the notice and passes nobody.
 // Before, every release woke every waiter of every Client and each asked
 // the lead, all but one to be refused: under 8-way contention on five
