@@ -241,10 +241,10 @@ func (a *acquisition) leadRefused(r reply) error {
 // the lock may be free where the refusals tell).
 func (a *acquisition) awaitMajority(ctx context.Context) error {
 	n, q := len(a.b.nodes), a.b.quorum
-	// A named attempt waits for the lead's verdict too (unless the lead is
-	// slow: then as long as an ordered attempt would): its refusal ends
-	// the attempt, so that the queue's order holds even when the others
-	// answer first.
+	// A named attempt waits for the lead's verdict too (as long as an
+	// ordered attempt would): its refusal, or its silence, ends the
+	// attempt, so that the queue's order holds even when the others answer
+	// first.
 	var leadWait <-chan time.Time
 	leadPending := a.mode == named
 	if leadPending {
@@ -263,8 +263,11 @@ func (a *acquisition) awaitMajority(ctx context.Context) error {
 			}
 			a.count(r)
 		case <-leadWait:
-			leadPending = false
+			// Without the lead's verdict a named attempt does not decide:
+			// it fails, saying the lock may be free now, and the retry is
+			// an ordered attempt, which goes on without a slow lead.
 			a.b.leadSlow.Store(true)
+			return &freeAt{fmt.Errorf("%w: redlock acquire: the lead primary %s did not answer within %v", driver.ErrNotAcquired, a.b.nodes[lead].addr, a.leadWait()), time.Now()}
 		case <-ctx.Done():
 			return ctxErr(ctx, "acquire", fmt.Sprintf("%d of %d primaries had granted, %d needed", len(a.grants), n, q))
 		}
