@@ -135,7 +135,8 @@ func New(client API, cfg *Config, opts *fencelock.Options) (*fencelock.Client, e
 // backend is the DynamoDB driver. It implements driver.Backend,
 // driver.Blocker, driver.Admin and driver.Aser.
 type backend struct {
-	api     API
+	api     API // raw behind a pacer: every request goes through it (pace.go)
+	raw     API // as given (As)
 	cfg     Config
 	caps    driver.Capabilities
 	mem     memory
@@ -157,7 +158,7 @@ func newBackend(api API, cfg Config, closeFn func()) *backend {
 			cfg.Owner = "fencelock"
 		}
 	}
-	b := &backend{api: api, cfg: cfg, closeFn: closeFn}
+	b := &backend{api: &paced{api: api, p: newPacer()}, raw: api, cfg: cfg, closeFn: closeFn}
 	b.caps = driver.Capabilities{
 		Backend:        "dynamodb",
 		Fence:          driver.FenceStrict,
@@ -443,10 +444,10 @@ func (b *backend) get(ctx context.Context, key string) (*ddb.GetItemOutput, erro
 func (b *backend) As(target any) bool {
 	switch t := target.(type) {
 	case *API:
-		*t = b.api
+		*t = b.raw
 		return true
 	case **ddb.Client:
-		c, ok := b.api.(*ddb.Client)
+		c, ok := b.raw.(*ddb.Client)
 		if ok {
 			*t = c
 		}
