@@ -181,7 +181,21 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 
 func (w *waiter) wait(ctx context.Context) (driver.Lease, time.Time, error) {
 	sent := time.Now()
-	l, st, err := w.b.try(ctx, w.req, "")
+	var (
+		l   driver.Lease
+		st  state
+		err error
+	)
+	if w.b.mem.queued(w.req.Name) && !noQueue.Load() {
+		// Others waited when this Client last looked (it is coming back
+		// for a lock it just released, say): an acquire write would be
+		// refused, so join at once; the join returns the item.
+		if st, err = w.join(ctx); err == nil {
+			err = driver.ErrNotAcquired
+		}
+	} else {
+		l, st, err = w.b.try(ctx, w.req, "")
+	}
 	var (
 		changed = time.Now() // when the lock last changed hands or we moved up, as we saw it
 		last    string
@@ -284,7 +298,9 @@ func (w *waiter) join(ctx context.Context) (state, error) {
 	w.maybe = true
 	sent := time.Now()
 	st, ok, err := w.b.queueWrite(ctx, w.req.Name, "join the wait queue",
-		"attribute_exists(#rvn) AND (attribute_not_exists(#q) OR (size(#q) < :max AND NOT contains(#q, :e)))",
+		// Without parentheses (AND binds first): dynalite parses the
+		// parenthesized form ten times slower (1.3 ms against 0.13 ms).
+		"attribute_exists(#rvn) AND attribute_not_exists(#q) OR attribute_exists(#rvn) AND size(#q) < :max AND NOT contains(#q, :e)",
 		"SET #q = list_append(if_not_exists(#q, :empty), :me)",
 		map[string]types.AttributeValue{
 			":e":     str(e),
