@@ -38,7 +38,9 @@ package dynamodb
 //   - Leave: an Acquire that ends without the lock (ctx ended, Client
 //     closed, an error) removes its entry before it returns, on a
 //     detached context (read, then remove conditional on the entry at its
-//     index; up to three tries). If that fails the entry lapses.
+//     index; a refused removal means another entry moved, so it reads
+//     and tries again, up to 32 times: eight waiters leaving at once all
+//     get out). If that fails the entry lapses.
 //
 // Waiters read the item with a consistent GetItem: after a quarter of the
 // time since they last saw the lock change hands or themselves move up in
@@ -330,24 +332,27 @@ func (w *waiter) refresh(ctx context.Context) (state, error) {
 }
 
 // leave takes our entry out of the queue after a wait that ended without
-// the lock, on a context detached from ctx: a few read-and-remove rounds
-// (the entry moves up as others are served). If it fails, the entry
-// lapses by itself.
+// the lock, on a context detached from ctx: remove it at the index last
+// read, conditional on the entry being there; a refused removal reads
+// the queue again (another waiter left or was served, and ours moved up)
+// and retries, each refusal meaning another entry changed, at most
+// 2×maxQueue times. If it fails, the entry lapses by itself.
 func (w *waiter) leave(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(w.req.TTL, cleanupTimeout))
 	defer cancel()
-	for range 3 {
-		st, err := w.b.read(cctx, w.req.Name)
+	st, err := w.b.read(cctx, w.req.Name)
+	for range 2 * maxQueue {
 		if err != nil {
 			return
 		}
 		if w.locate(st); w.pos < 0 {
 			return
 		}
-		_, ok, err := w.b.queueWrite(cctx, w.req.Name, "leave the wait queue",
+		var ok bool
+		st, ok, err = w.b.queueWrite(cctx, w.req.Name, "leave the wait queue",
 			fmt.Sprintf("#q[%d] = :e", w.pos), fmt.Sprintf("REMOVE #q[%d]", w.pos),
 			map[string]types.AttributeValue{":e": str(w.entry)})
-		if ok || err != nil {
+		if ok {
 			return
 		}
 	}
