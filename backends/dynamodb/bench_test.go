@@ -48,7 +48,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		t1 := time.Now()
 		rvn := randHex(16)
 		if _, err := dc.PutItem(ctx, &ddb.PutItemInput{TableName: &table,
-			Item: map[string]types.AttributeValue{"key": s("bench-peer"), "ownerName": s("peer"), "recordVersionNumber": s(rvn), "leaseDuration": s("30000")},
+			Item:                map[string]types.AttributeValue{"key": s("bench-peer"), "ownerName": s("peer"), "recordVersionNumber": s(rvn), "leaseDuration": s("30000")},
 			ConditionExpression: aws.String("attribute_not_exists(#k)"), ExpressionAttributeNames: map[string]string{"#k": "key"}}); err != nil {
 			b.Fatal(err)
 		}
