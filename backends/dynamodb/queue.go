@@ -8,7 +8,10 @@ package dynamodb
 //   - Join: an Acquire whose first write is refused reads the item and
 //     appends its entry with one conditional UpdateItem (list_append, only
 //     if the item exists, the queue has fewer than 16 entries and not this
-//     entry already). While the queue is full, later waiters poll and join
+//     entry already). An Acquire on a Client whose last read of the item
+//     found waiters (one coming back for a lock it just released) joins
+//     at once, without the acquire write the queue would refuse; the join
+//     returns the item. While the queue is full, later waiters poll and join
 //     when a place frees.
 //   - Take: only the first waiter in line takes the lock, when it is
 //     released, gone, or its version watched unchanged for its lease
@@ -61,26 +64,37 @@ package dynamodb
 // eight Clients taking and releasing one lock in a loop
 // (BenchmarkContended counts the requests on the wire):
 //
-//   - fencelock before issue 27: about 4.1 writes and 3.7 reads per grant
-//     (release; the releaser's refused acquire write and its read; its
-//     join; the first waiter's take), 4.8 write units' worth; the join's
-//     parenthesized condition alone cost dynalite 1.3 ms of CPU to parse.
-//   - now: 3 writes (release, join, take) and about 3 reads (polls) per
-//     grant, 3.6 write units' worth: a Client that last saw waiters joins
-//     at once instead of first sending an acquire write that the queue
-//     would refuse.
+//   - fencelock before issue 27: about 4.2 writes and 4 to 6 reads per
+//     grant (release; the releaser's acquire write, refused because
+//     others wait, and its read; its join; the first waiter's take; the
+//     polls), 5 to 5.5 write units' worth; the join's parenthesized
+//     condition alone cost dynalite 1.3 ms of CPU to parse, and eight
+//     waiters leaving at once could leave entries behind that held the
+//     line up for their lapse time.
+//   - now: about 3.2 writes (release, join, take, a few refreshes) and 3
+//     to 4 reads (polls) per grant, 3.8 to 4 write units' worth: a Client
+//     that last saw waiters joins at once instead of first sending an
+//     acquire write that the queue would refuse. In the same runs (a
+//     loaded 2-core machine) grants per second rose by a quarter to a
+//     half and CPU per grant fell by a third (dynalite) and a quarter
+//     (the Clients).
 //   - the AWS Lock Client protocol (benchpeers' peer): a PutItem and a
 //     DeleteItem per grant, 2 write units, plus a refused PutItem (a write
 //     unit each) per waiter per retry period; with no queue the releaser
 //     takes the lock back 99% of the time.
-//   - a hand-off in the release write (not built): the release would
-//     write the first waiter's ownership (SET ownerName = waitQueue[0],
-//     new version and fence, REMOVE waitQueue[0]) and the waiter learn it
-//     at its next poll: 2 writes (release, join) and a read or two per
-//     grant, and one round trip less per hand-off. It needs the waiter's
-//     lease duration in the entry and a validity counted from its
-//     previous poll, and it grants to a waiter that may have died (the
-//     lock then waits out a lease duration), which is why it is not done.
+//   - a hand-off in the release write (not built yet): the release
+//     would write the first waiter's ownership (SET ownerName =
+//     waitQueue[0], a new version, fence + 1, REMOVE waitQueue[0]) and the
+//     waiter learn it at its next poll: 2 writes (release, join) and a
+//     read or two per grant, and one round trip less per hand-off, which
+//     is what reaching half the peer's contended rate at twice its CPU
+//     per grant takes. It needs the waiter's lease duration in its entry,
+//     a validity counted from the waiter's previous poll (sent before the
+//     write), a releaser that picks its write by whether anyone waits (a
+//     wrong guess is refused and costs a second write), and a leaving
+//     waiter that releases a lock handed to it; and it grants to a waiter
+//     that may have died, so the lock then waits out a lease duration
+//     instead of the entry's lapse time.
 //
 // Capabilities.FIFO is false: the order holds among the first 16 waiters,
 // for waiters that refresh in time, and on items no other client
