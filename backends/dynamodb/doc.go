@@ -61,7 +61,9 @@
 // retryer backs off as usual, and a request still throttled after its
 // retries halves the window (it grows back by one per request served,
 // down to 2 at the least). Provision the table for the renewal rate, or
-// use on-demand billing.
+// use on-demand billing. One Client on one dynalite (a loaded 2-core
+// machine) held 10,000 leases with a 60s TTL for three TTLs without
+// losing one.
 //
 // # Interop with the AWS Lock Client
 //
