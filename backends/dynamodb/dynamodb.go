@@ -5,10 +5,10 @@ package dynamodb
 //   - Acquire: ONE conditional UpdateItem: SET ownerName, a new
 //     recordVersionNumber, leaseDuration, fence = if_not_exists(fence,
 //     <client clock in µs>) + 1, REMOVE isReleased, on the condition
-//     attribute_not_exists(key) OR isReleased = "1" AND
-//     attribute_not_exists(waitQueue[0]) [OR recordVersionNumber = <the
-//     version this Client watched unchanged for its lease duration> AND
-//     attribute_not_exists(waitQueue[0])]: the lock is free and nobody
+//     attribute_not_exists(key) OR isReleased = "1" AND <waitQueue absent
+//     or empty> [OR recordVersionNumber = <the version this Client
+//     watched unchanged for its lease duration> AND <waitQueue absent or
+//     empty>]: the lock is free and nobody
 //     waits (the first waiter in line conditions on waitQueue[0] = <its
 //     entry> instead, and the write removes that entry). ReturnValues
 //     gives the new fence. A refused write is followed by one consistent GetItem that
@@ -135,7 +135,8 @@ func New(client API, cfg *Config, opts *fencelock.Options) (*fencelock.Client, e
 // backend is the DynamoDB driver. It implements driver.Backend,
 // driver.Blocker, driver.Admin and driver.Aser.
 type backend struct {
-	api     API
+	api     API // raw behind a pacer: every request goes through it (pace.go)
+	raw     API // as given (As)
 	cfg     Config
 	caps    driver.Capabilities
 	mem     memory
@@ -157,7 +158,7 @@ func newBackend(api API, cfg Config, closeFn func()) *backend {
 			cfg.Owner = "fencelock"
 		}
 	}
-	b := &backend{api: api, cfg: cfg, closeFn: closeFn}
+	b := &backend{api: &paced{api: api, p: newPacer()}, raw: api, cfg: cfg, closeFn: closeFn}
 	b.caps = driver.Capabilities{
 		Backend:        "dynamodb",
 		Fence:          driver.FenceStrict,
@@ -293,21 +294,28 @@ func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched,
 		vals[":lb"] = str(req.Label)
 	}
 	// (released [OR watched]) AND nobody waits / head first in line,
-	// written without parentheses (dynalite parses those slowly): an item
-	// that does not exist has no queue.
-	cond := "attribute_not_exists(#k) OR #ir = :rel AND attribute_not_exists(#q[0])"
-	qcond := " AND attribute_not_exists(#q[0])"
+	// written without parentheses (dynalite parses those slowly) as a
+	// disjunction of conjunctions: an item that does not exist has no
+	// queue; nobody waits when waitQueue is absent or empty ("size = 0"
+	// costs dynalite less than a nested path, attribute_not_exists(#q[0])).
+	cond := "attribute_not_exists(#k) OR #ir = :rel AND attribute_not_exists(#q) OR #ir = :rel AND size(#q) = :zero"
 	if head != "" {
-		cond, qcond = "#ir = :rel AND #q[0] = :head", " AND #q[0] = :head"
+		cond = "#ir = :rel AND #q[0] = :head"
 		expr += ", #q[0]"
 		vals[":head"] = str(head)
+	} else {
+		vals[":zero"] = num(0)
 	}
 	n := names("#on", "#rvn", "#ld", "#ir", "#f", "#q", "#lb")
 	if head == "" {
 		n["#k"] = attrKey
 	}
 	if watched != "" {
-		cond += " OR #rvn = :w" + qcond
+		if head != "" {
+			cond += " OR #rvn = :w AND #q[0] = :head"
+		} else {
+			cond += " OR #rvn = :w AND attribute_not_exists(#q) OR #rvn = :w AND size(#q) = :zero"
+		}
 		vals[":w"] = str(watched)
 	}
 	cctx, c := track(ctx)
@@ -443,10 +451,10 @@ func (b *backend) get(ctx context.Context, key string) (*ddb.GetItemOutput, erro
 func (b *backend) As(target any) bool {
 	switch t := target.(type) {
 	case *API:
-		*t = b.api
+		*t = b.raw
 		return true
 	case **ddb.Client:
-		c, ok := b.api.(*ddb.Client)
+		c, ok := b.raw.(*ddb.Client)
 		if ok {
 			*t = c
 		}

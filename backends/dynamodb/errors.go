@@ -9,7 +9,10 @@ package dynamodb
 // held; if that write fails too, the error wraps ErrIndeterminate. A
 // conditional write that the SDK retried and that then failed its
 // condition may have been applied by an earlier attempt: a consistent
-// read settles it (the lease is ours if the item holds our version).
+// read settles it (the lease is ours if the item holds our version); if
+// that read fails too, a heartbeat or release stays of unknown outcome
+// (ErrUnavailable, its version kept as a candidate), never ErrLeaseLost
+// on a guess.
 // Heartbeats and releases of unknown outcome keep the version they may
 // have written as a candidate, so the next one is conditional on any of
 // them (recordVersionNumber IN (...)). A queue write of unknown outcome

@@ -112,7 +112,13 @@ func (l *lease) update(ctx context.Context, op, expr string, vals map[string]typ
 		return nil
 	case conditionFailed(err) && c.attempts > 1:
 		// A retry refused because an earlier attempt was applied?
-		if out, gerr := l.b.get(ctx, l.key); gerr == nil && out.Item != nil {
+		out, gerr := l.b.get(ctx, l.key)
+		if gerr != nil {
+			// Unknown: the item may hold rvn. Not lost until a read says so.
+			l.pending(rvn)
+			return classify(ctx, op, l.b.cfg.Table, gerr)
+		}
+		if out.Item != nil {
 			if it, perr := parseItem(l.key, out.Item); perr == nil && it.rvn == rvn && it.owner == l.owner {
 				l.done(rvn, ttl)
 				return nil
@@ -123,13 +129,18 @@ func (l *lease) update(ctx context.Context, op, expr string, vals map[string]typ
 		return l.lost()
 	}
 	if c.sent {
-		// Unknown outcome: the item may hold rvn now.
-		l.rvns = append(l.rvns, rvn)
-		if len(l.rvns) > maxPending {
-			l.rvns = l.rvns[len(l.rvns)-maxPending:]
-		}
+		l.pending(rvn)
 	}
 	return classify(ctx, op, l.b.cfg.Table, err)
+}
+
+// pending records rvn, written by a write of unknown outcome, as a
+// version the item may hold. Callers hold mu.
+func (l *lease) pending(rvn string) {
+	l.rvns = append(l.rvns, rvn)
+	if len(l.rvns) > maxPending {
+		l.rvns = l.rvns[len(l.rvns)-maxPending:]
+	}
 }
 
 // done records a successful write of rvn.

@@ -75,6 +75,14 @@ func (m *memory) get(key string) (observation, bool) {
 	return r.lock, ok && r.lock.rvn != ""
 }
 
+// queued reports whether the last read of key by this Client found
+// waiters in its queue.
+func (m *memory) queued(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.obs[key].queue) > 0
+}
+
 // saw records that a read received at t found key held under rvn ("" if
 // free) with the given lease duration, with queue as its wait queue. It
 // returns the lock observation now in force (the earlier one if it watched

@@ -311,3 +311,44 @@ func TestQueueDeadWaiter(t *testing.T) {
 	}
 	_ = lt.Release(ctx)
 }
+
+// TestQueueAllLeaveAtOnce: eight blocked Acquires whose ctx ends at once
+// all take their entries out of the queue before they return (each
+// removal shifts the others' indexes), so the next waiter is not held
+// up by entries that would only lapse after their lapse time. It failed
+// with at most three read-and-remove tries per leaver.
+func TestQueueAllLeaveAtOnce(t *testing.T) {
+	d := testserver.StartDynalite(t)
+	key := name(t)
+	holder := open(t, d.URL(), nil)
+	api := native(t, holder)
+	table := tableOf(t, d.URL())
+	l, err := holder.TryAcquire(t.Context(), key, noRenew)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Release(context.WithoutCancel(t.Context())) }()
+	const n = 8
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		c := open(t, d.URL(), nil)
+		wg.Go(func() {
+			_, err := c.Acquire(ctx, key, noRenew)
+			errs <- err
+		})
+	}
+	awaitQueueLen(t, api, table, key, n)
+	cancel()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("a cancelled Acquire returned %v, want context.Canceled", err)
+		}
+	}
+	if q := queueOf(t, api, table, key); len(q) != 0 {
+		t.Errorf("after all %d waiters returned, the queue still holds %q", n, q)
+	}
+}

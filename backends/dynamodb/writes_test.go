@@ -33,6 +33,7 @@ type wire struct {
 	lose    int  // replies of loseOp still to lose
 	thenCut bool // cut the network once the last of them is lost
 	down    bool
+	cutOp   string // cut the network when a request of this operation comes
 }
 
 func newWire() *wire {
@@ -46,6 +47,9 @@ func (w *wire) RoundTrip(req *http.Request) (*http.Response, error) {
 	lose := w.lose > 0 && op == w.loseOp
 	if lose {
 		w.lose--
+	}
+	if op == w.cutOp {
+		w.down = true
 	}
 	down := w.down
 	w.mu.Unlock()
@@ -88,9 +92,20 @@ func (w *wire) loseThenCut(op string) {
 	w.mu.Unlock()
 }
 
+// cutAt cuts the network when the next request of op comes (that one
+// included).
+func (w *wire) cutAt(op string) {
+	w.mu.Lock()
+	w.cutOp = op
+	w.mu.Unlock()
+}
+
 func (w *wire) cut(down bool) {
 	w.mu.Lock()
 	w.down = down
+	if !down {
+		w.cutOp = ""
+	}
 	w.mu.Unlock()
 }
 
@@ -253,4 +268,40 @@ func TestLostHeartbeatReply(t *testing.T) {
 	}
 	_ = l2.Release(ctx)
 
+}
+
+// TestRetriedHeartbeatUncheckable: a heartbeat applied with its reply
+// lost, whose retry the condition refuses, and whose check read cannot
+// reach the server, is of unknown outcome (ErrUnavailable), not
+// ErrLeaseLost: the lease is still ours, and the next heartbeat, once the
+// network is back, succeeds. It failed with the lease declared lost.
+func TestRetriedHeartbeatUncheckable(t *testing.T) {
+	d := testserver.StartDynalite(t)
+	ctx := t.Context()
+	w := newWire()
+	c := openWire(t, d.URL(), w, 3)
+	other := open(t, d.URL(), nil)
+	n := name(t)
+	l, err := c.TryAcquire(ctx, n, &fencelock.AcquireOptions{TTL: 10 * time.Second, AutoRenew: fencelock.Bool(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.take()
+	w.loseNext("UpdateItem", 1)
+	w.cutAt("GetItem")
+	err = l.Extend(ctx, 10*time.Second)
+	if !errors.Is(err, fencelock.ErrUnavailable) || errors.Is(err, fencelock.ErrLeaseLost) {
+		t.Fatalf("Extend whose retry was refused and whose check read failed: %v, want ErrUnavailable and not ErrLeaseLost", err)
+	}
+	wantOps(t, "the uncheckable heartbeat", w.take(), map[string]int{"UpdateItem": 2, "GetItem": 3}) // the SDK tries the read 3 times
+	w.cut(false)
+	if err := l.Extend(ctx, 10*time.Second); err != nil {
+		t.Fatalf("the next Extend, with the network back: %v, want success (the lease was never lost)", err)
+	}
+	if _, err := other.TryAcquire(ctx, n, nil); !errors.Is(err, fencelock.ErrNotAcquired) {
+		t.Fatalf("another client's TryAcquire: %v, want ErrNotAcquired", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
 }
