@@ -389,8 +389,10 @@ func (a *acquisition) writeBack(ctx context.Context, fence int64, stored int, be
 		}
 	}
 	if stored < q {
-		return fmt.Errorf("%w: redlock acquire: a majority granted, but the fence reached only %d of the %d primaries needed in time (%d lost the lock meanwhile): %w",
-			driver.ErrNotAcquired, stored, q, lost, errors.Join(a.errs...))
+		// A majority granted: once the attempt is abandoned the lock is
+		// free, and a blocked Acquire retries at once (freeAt now).
+		return &freeAt{fmt.Errorf("%w: redlock acquire: a majority granted, but the fence reached only %d of the %d primaries needed in time (%d lost the lock meanwhile): %w",
+			driver.ErrNotAcquired, stored, q, lost, errors.Join(a.errs...)), time.Now()}
 	}
 	return nil
 }
