@@ -307,32 +307,6 @@ var errConnTimeout = errors.New("pgadvisory: connection timeout")
 // execDetached).
 const cleanupTimeout = 2 * time.Second
 
-// execDetached runs sql on pg and reads every result. The statement is not
-// interrupted when ctx ends (pgx would close the connection: a lease's
-// connection, or one whose lock grant would then be unknown): it gets
-// cleanupTimeout more to answer, and only then is the connection broken.
-// The caller checks ctx.Err() afterwards.
-func execDetached(ctx context.Context, pg *pgconn.PgConn, sql string) ([]*pgconn.Result, error) {
-	execCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	var t *time.Timer
-	var mu sync.Mutex
-	stop := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		t = time.AfterFunc(cleanupTimeout, cancel)
-		mu.Unlock()
-	})
-	defer func() {
-		stop()
-		mu.Lock()
-		if t != nil {
-			t.Stop()
-		}
-		mu.Unlock()
-	}()
-	return pg.Exec(execCtx, sql).ReadAll()
-}
-
 // discard closes pc's connection (the server ends its transaction and frees
 // any lock in it) and returns it to the pool, which drops it.
 func discard(pc *pgxpool.Conn) {
