@@ -155,35 +155,40 @@ func tryStrictSQL(key, ms int64) string {
 
 // waitSQL is Acquire's query: it waits in the server's queue with
 // statement_timeout and lock_timeout lifted, and (check) the client
-// connection checked every second (PostgreSQL 14 and later).
+// connection checked every second (PostgreSQL 14 and later). The lock is
+// taken in a subquery (OFFSET 0 keeps it from being flattened) of the
+// statement that then reads the fence, so that the waiter's server session
+// runs one statement, not two, between its grant and its reply; settings
+// come back as one ROW column, which the client does not parse.
 //
-// Strict, results: BEGIN; (settings); (lock); (fence, message LSN,
+// Strict, results: BEGIN; (settings); (fence, message LSN,
 // synchronous_commit); COMMIT; BEGIN; (TTL setting, true). The lifted
 // timeouts are SET LOCAL in the first transaction, so the lease's
 // transaction has the session's own.
 //
-// Not strict, results: BEGIN; (settings); (lock); (restored timeouts, fence).
+// Not strict, results: BEGIN; (settings); (fence, restored timeouts).
 func waitSQL(key, ms int64, strict, check bool) string {
 	k := strconv.FormatInt(key, 10)
 	ttl := strconv.FormatInt(ms, 10)
 	var sb strings.Builder
+	sb.Grow(640)
 	if strict {
-		sb.WriteString("BEGIN; SELECT set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)")
+		sb.WriteString("BEGIN; SELECT ROW(set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)")
 		if check {
 			// A waiter whose client vanished leaves the queue within a second.
 			sb.WriteString(", set_config('client_connection_check_interval', '1000', true)")
 		}
-		sb.WriteString("; SELECT pg_advisory_lock(")
-		sb.WriteString(k)
 		sb.WriteString("); SELECT ")
 		sb.WriteString(fenceSelect)
-		sb.WriteString("; COMMIT; BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '")
+		sb.WriteString(" FROM (SELECT pg_advisory_lock(")
+		sb.WriteString(k)
+		sb.WriteString(") OFFSET 0) AS w; COMMIT; BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '")
 		sb.WriteString(ttl)
 		sb.WriteString("', true), ")
 		sb.WriteString(takeOver(k))
 		return sb.String()
 	}
-	sb.WriteString("BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '")
+	sb.WriteString("BEGIN; SELECT ROW(set_config('idle_in_transaction_session_timeout', '")
 	sb.WriteString(ttl)
 	sb.WriteString("', true), set_config('fencelock.statement_timeout', current_setting('statement_timeout'), true)," +
 		" set_config('fencelock.lock_timeout', current_setting('lock_timeout'), true)," +
@@ -191,10 +196,10 @@ func waitSQL(key, ms int64, strict, check bool) string {
 	if check {
 		sb.WriteString(", set_config('client_connection_check_interval', '1000', true)")
 	}
-	sb.WriteString("; SELECT pg_advisory_xact_lock(")
+	sb.WriteString("); SELECT pg_current_xact_id()::text, ROW(set_config('statement_timeout', current_setting('fencelock.statement_timeout'), true)," +
+		" set_config('lock_timeout', current_setting('fencelock.lock_timeout'), true)) FROM (SELECT pg_advisory_xact_lock(")
 	sb.WriteString(k)
-	sb.WriteString("); SELECT set_config('statement_timeout', current_setting('fencelock.statement_timeout'), true)," +
-		" set_config('lock_timeout', current_setting('fencelock.lock_timeout'), true), pg_current_xact_id()::text")
+	sb.WriteString(") OFFSET 0) AS w")
 	return sb.String()
 }
 
