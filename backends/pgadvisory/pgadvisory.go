@@ -390,10 +390,16 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	return l, nil
 }
 
-// trySQL is TryAcquire's batch when the fence flush is off (see tryLayout).
+// trySQL is TryAcquire's batch when the fence flush is off (see tryLayout),
+// built with one allocation.
 func trySQL(key, ms int64) string {
-	return "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '" + strconv.FormatInt(ms, 10) +
-		"', true), CASE WHEN pg_try_advisory_xact_lock(" + strconv.FormatInt(key, 10) + ") THEN pg_current_xact_id()::text END"
+	b := make([]byte, 0, 192)
+	b = append(b, "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '"...)
+	b = strconv.AppendInt(b, ms, 10)
+	b = append(b, "', true), CASE WHEN pg_try_advisory_xact_lock("...)
+	b = strconv.AppendInt(b, key, 10)
+	b = append(b, ") THEN pg_current_xact_id()::text END"...)
+	return string(b)
 }
 
 // Acquire implements driver.Blocker: the wait is the server's FIFO lock

@@ -99,7 +99,10 @@ func TestCancelledTryBehindFrozenLink(t *testing.T) {
 		do   func(context.Context) error
 		want []error
 	}{
-		{"TryAcquire", func(ctx context.Context) error { _, err := c.TryAcquire(ctx, e.name(), opts(30*time.Second, false)); return err },
+		{"TryAcquire", func(ctx context.Context) error {
+			_, err := c.TryAcquire(ctx, e.name(), opts(30*time.Second, false))
+			return err
+		},
 			[]error{context.DeadlineExceeded, fencelock.ErrIndeterminate}},
 		{"Extend", func(ctx context.Context) error { return l.Extend(ctx, 30*time.Second) }, []error{fencelock.ErrLeaseLost}},
 	} {
