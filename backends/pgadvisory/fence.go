@@ -177,8 +177,14 @@ func tryStrictSQL(key, ms int64) string {
 }
 
 // waitSQL is Acquire's query: it waits in the server's queue with
-// statement_timeout and lock_timeout lifted, and (check) the client
-// connection checked every second (PostgreSQL 14 and later). The lock is
+// statement_timeout and lock_timeout lifted (set to 0 only where they are
+// not 0 already, which spares the common session two settings, and with
+// the flush off their restore after the grant), and (check) the client
+// connection checked every second (PostgreSQL 14 and later). With the
+// flush off the session's values are kept in fencelock.statement_timeout
+// and fencelock.lock_timeout, SET LOCAL like the rest, so they read ''
+// in any later transaction: the restore runs only in the transaction that
+// saved them. The lock is
 // taken in a subquery (OFFSET 0 keeps it from being flattened) of the
 // statement that then reads the fence, so that the waiter's server session
 // runs one statement, not two, between its grant and its reply; settings
@@ -196,7 +202,8 @@ func waitSQL(key, ms int64, strict, check bool) string {
 	var sb strings.Builder
 	sb.Grow(640)
 	if strict {
-		sb.WriteString("BEGIN; SELECT ROW(set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)")
+		sb.WriteString("BEGIN; SELECT ROW(CASE WHEN current_setting('statement_timeout') <> '0' THEN set_config('statement_timeout', '0', true) END," +
+			" CASE WHEN current_setting('lock_timeout') <> '0' THEN set_config('lock_timeout', '0', true) END")
 		if check {
 			// A waiter whose client vanished leaves the queue within a second.
 			sb.WriteString(", set_config('client_connection_check_interval', '1000', true)")
@@ -213,14 +220,16 @@ func waitSQL(key, ms int64, strict, check bool) string {
 	}
 	sb.WriteString("BEGIN; SELECT ROW(set_config('idle_in_transaction_session_timeout', '")
 	sb.WriteString(ttl)
-	sb.WriteString("', true), set_config('fencelock.statement_timeout', current_setting('statement_timeout'), true)," +
+	sb.WriteString("', true), CASE WHEN current_setting('statement_timeout') <> '0' OR current_setting('lock_timeout') <> '0' THEN" +
+		" ROW(set_config('fencelock.statement_timeout', current_setting('statement_timeout'), true)," +
 		" set_config('fencelock.lock_timeout', current_setting('lock_timeout'), true)," +
-		" set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)")
+		" set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)) END")
 	if check {
 		sb.WriteString(", set_config('client_connection_check_interval', '1000', true)")
 	}
-	sb.WriteString("); SELECT pg_current_xact_id()::text, ROW(set_config('statement_timeout', current_setting('fencelock.statement_timeout'), true)," +
-		" set_config('lock_timeout', current_setting('fencelock.lock_timeout'), true)) FROM (SELECT pg_advisory_xact_lock(")
+	sb.WriteString("); SELECT pg_current_xact_id()::text, CASE WHEN current_setting('fencelock.statement_timeout', true) <> '' THEN" +
+		" ROW(set_config('statement_timeout', current_setting('fencelock.statement_timeout'), true)," +
+		" set_config('lock_timeout', current_setting('fencelock.lock_timeout'), true)) END FROM (SELECT pg_advisory_xact_lock(")
 	sb.WriteString(k)
 	sb.WriteString(") OFFSET 0) AS w")
 	return sb.String()
