@@ -178,17 +178,17 @@ func tryStrictSQL(key, ms int64) string {
 
 // waitSQL is Acquire's query: it waits in the server's queue with
 // statement_timeout and lock_timeout lifted (set to 0 only where they are
-// not 0 already, which spares the common session two settings, and with
-// the flush off their restore after the grant), and (check) the client
+// not 0 already, which spares the common session two settings and, with
+// the flush off, their restore after the grant), and (check) the client
 // connection checked every second (PostgreSQL 14 and later). With the
 // flush off the session's values are kept in fencelock.statement_timeout
-// and fencelock.lock_timeout, SET LOCAL like the rest, so they read ''
-// in any later transaction: the restore runs only in the transaction that
-// saved them. The lock is
-// taken in a subquery (OFFSET 0 keeps it from being flattened) of the
-// statement that then reads the fence, so that the waiter's server session
-// runs one statement, not two, between its grant and its reply; settings
-// come back as one ROW column, which the client does not parse.
+// and fencelock.lock_timeout, SET LOCAL like the rest, so any later
+// transaction reads them as the empty string: the restore runs only in the
+// transaction that saved them. The lock is taken in a subquery (OFFSET 0
+// keeps it from being flattened) of the statement that then reads the
+// fence, so that the waiter's server session runs one statement, not two,
+// between its grant and its reply; settings come back as one ROW column,
+// which the client does not parse.
 //
 // Strict, results: BEGIN; (settings); (fence, message LSN,
 // synchronous_commit); COMMIT; BEGIN; (TTL setting, true). The lifted
