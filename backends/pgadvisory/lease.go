@@ -222,14 +222,7 @@ func (l *lease) Release(ctx context.Context) error {
 	if l.b.labels {
 		sql, want = end+"; RESET application_name", 2
 	}
-	rs, err := pg.Exec(ctx, sql).ReadAll()
-	if err == nil {
-		err = resultErr(rs, want, 0)
-	}
-	tag := ""
-	if len(rs) > 0 {
-		tag = rs[0].CommandTag.String()
-	}
+	tag, err := execTag(ctx, pg, sql, want)
 	l.pc = nil
 	l.finish()
 	pc.Release() // back to the pool if idle, else the pool closes it
@@ -347,6 +340,31 @@ func (l *lease) check() {
 			_ = l.loseLocked("the server ended its session", err)
 		}
 	}
+}
+
+// execTag runs sql, statements without rows, on pg and returns the first
+// one's command tag; an error if any failed or if they were not want. It
+// reads the results without keeping them (as ReadAll would).
+func execTag(ctx context.Context, pg *pgconn.PgConn, sql string, want int) (tag string, err error) {
+	mrr := pg.Exec(ctx, sql)
+	n := 0
+	for mrr.NextResult() {
+		ct, rerr := mrr.ResultReader().Close()
+		if n == 0 {
+			tag = ct.String()
+		}
+		if err == nil {
+			err = rerr
+		}
+		n++
+	}
+	if cerr := mrr.Close(); cerr != nil {
+		err = cerr
+	}
+	if err == nil && n != want {
+		err = fmt.Errorf("pgadvisory: got %d results, want %d", n, want)
+	}
+	return tag, err
 }
 
 // resultErr checks that a multi-statement Exec gave want results, none
