@@ -111,7 +111,10 @@ package pgadvisory
 // BenchmarkAcquireReleaseFsync, which interleaves them operation by
 // operation (so raw pgx too runs next to WAL flushes, where bench-peers
 // times it in a chunk of its own) and floors on a flushed
-// pg_logical_emit_message, puts it at 0.98–1.02× of the two. At the SQL
+// pg_logical_emit_message, puts it at 0.98–1.02× of the two (and at
+// 1.20–1.56× on 2026-12-06, a machine at load 7–9 whose disk others kept
+// busy: the flushed commit alone took 1.2–2.2 ms; the code before that
+// day's changes measured 1.31–1.62× alongside). At the SQL
 // level the second transaction costs about 40 µs of
 // server time, half of it the TTL setting.
 
