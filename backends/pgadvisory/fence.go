@@ -23,9 +23,9 @@ package pgadvisory
 //
 //	BEGIN;
 //	SELECT CASE WHEN l THEN pg_current_xact_id() END,                       -- the fence
-//	       CASE WHEN l THEN pg_logical_emit_message(true, 'fencelock', '') END,
-//	       <synchronous_commit raised from off to local, for this commit>,
-//	       set_config('fencelock.held', CASE WHEN l THEN '<key>' ELSE '' END, false)
+//	       ROW(CASE WHEN l THEN pg_logical_emit_message(true, 'fencelock', '') END,
+//	           <synchronous_commit raised from off to local, for this commit>,
+//	           set_config('fencelock.held', CASE WHEN l THEN '<key>' ELSE '' END, false))
 //	  FROM (SELECT pg_try_advisory_lock(<key>) AS l) AS s;
 //	COMMIT;
 //	BEGIN;                                                                   -- the lease's transaction
@@ -147,8 +147,8 @@ import (
 // never read.
 
 // fenceSelect is the select list of part 1 after the session got the lock.
-const fenceSelect = "pg_current_xact_id()::text, pg_logical_emit_message(true, 'fencelock', '')," +
-	" CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END"
+const fenceSelect = "pg_current_xact_id()::text, ROW(pg_logical_emit_message(true, 'fencelock', '')," +
+	" CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END)"
 
 // takeOver is part 2's expression that moves the lock of key from the
 // session to the lease's transaction: true when done.
@@ -157,17 +157,19 @@ func takeOver(k string) string {
 }
 
 // tryStrictSQL is TryAcquire's query with the fence flush on. Results: BEGIN;
-// (fence or NULL, message LSN, setting, synchronous_commit); COMMIT; BEGIN;
-// (TTL setting, true if granted).
+// (fence or NULL, ROW(message LSN, synchronous_commit, setting)); COMMIT;
+// BEGIN; (TTL setting, true if granted). The values the client does not
+// read come back as one ROW column, which spares it a column each.
 func tryStrictSQL(key, ms int64) string {
 	k := strconv.FormatInt(key, 10)
 	var sb strings.Builder
+	sb.Grow(768)
 	sb.WriteString("BEGIN; SELECT CASE WHEN l THEN pg_current_xact_id()::text END," +
-		" CASE WHEN l THEN pg_logical_emit_message(true, 'fencelock', '') END," +
+		" ROW(CASE WHEN l THEN pg_logical_emit_message(true, 'fencelock', '') END," +
 		" CASE WHEN l AND current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END")
 	sb.WriteString(", set_config('fencelock.held', CASE WHEN l THEN '")
 	sb.WriteString(k)
-	sb.WriteString("' ELSE '' END, false) FROM (SELECT pg_try_advisory_lock(")
+	sb.WriteString("' ELSE '' END, false)) FROM (SELECT pg_try_advisory_lock(")
 	sb.WriteString(k)
 	sb.WriteString(") AS l) AS s; COMMIT; BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '")
 	sb.WriteString(strconv.FormatInt(ms, 10))
@@ -193,8 +195,8 @@ func tryStrictSQL(key, ms int64) string {
 // between its grant and its reply; settings come back as one ROW column,
 // which the client does not parse.
 //
-// Strict, results: BEGIN; (settings); (fence, message LSN,
-// synchronous_commit); COMMIT; BEGIN; (TTL setting, true). The lifted
+// Strict, results: BEGIN; (settings); (fence, ROW(message LSN,
+// synchronous_commit)); COMMIT; BEGIN; (TTL setting, true). The lifted
 // timeouts are SET LOCAL in the first transaction, so the lease's
 // transaction has the session's own.
 //
