@@ -46,6 +46,21 @@
 // TTL is 10 ms, [MaxTTL] about 24.8 days. Blocked Acquires wait in the server's
 // own lock queue (FIFO) and are granted the moment the holder commits.
 //
+// What the default costs: each grant waits for one WAL flush, and its
+// round trip runs two transactions, the fence's (flushed) and the
+// lease's own (the TTL, the lock taken over from the first). Neither can
+// go: a fence no flushed WAL record names can repeat after a crash, and
+// the lease must be a transaction of its own for the server-enforced TTL
+// and for [Tx]. The second transaction costs about 40 µs of server time,
+// so an uncontended TryAcquire+Release stays above raw pgx (Begin, SELECT
+// pg_try_advisory_xact_lock, Commit) plus one flushed commit: on a 2-core
+// VM with fsync on, 310 µs against 85 + 154 µs (1.3×; `make bench-peers`,
+// 2026-12-03), and 1.0–1.6× of the two in BenchmarkAcquireReleaseFsync
+// (interleaved, the upper end on a machine whose disk others kept busy).
+// With fence_flush=false a grant is one transaction and matches raw pgx
+// uncontended; every fence still costs a transaction ID, whose COMMIT
+// writes a WAL record that raw pgx's lock transaction does not.
+//
 // # A broken connection
 //
 // PostgreSQL frees an advisory lock the moment the server sees the holder's

@@ -375,10 +375,17 @@ func TestCancelledWaitLeavesQueue(t *testing.T) {
 
 // TestTimeoutsDoNotCutTheWait: statement_timeout and lock_timeout (here
 // from the URL) do not end a blocking Acquire, and are restored for the
-// statements run in the lease's transaction.
+// statements run in the lease's transaction, with the fence flush on and
+// off (each lifts and restores them its own way).
 func TestTimeoutsDoNotCutTheWait(t *testing.T) {
+	for _, mode := range []string{"", "&fence_flush=false"} {
+		t.Run("params="+mode, func(t *testing.T) { timeoutsDoNotCutTheWait(t, mode) })
+	}
+}
+
+func timeoutsDoNotCutTheWait(t *testing.T, mode string) {
 	e := newEnv(t)
-	a, b := e.client(""), e.client("statement_timeout=50ms&lock_timeout=40ms")
+	a, b := e.client(mode[min(1, len(mode)):]), e.client("statement_timeout=50ms&lock_timeout=40ms"+mode)
 	name := e.name()
 	l1, err := a.TryAcquire(e.ctx, name, opts(30*time.Second, true))
 	if err != nil {

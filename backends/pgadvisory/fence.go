@@ -23,9 +23,9 @@ package pgadvisory
 //
 //	BEGIN;
 //	SELECT CASE WHEN l THEN pg_current_xact_id() END,                       -- the fence
-//	       CASE WHEN l THEN pg_logical_emit_message(true, 'fencelock', '') END,
-//	       <synchronous_commit raised from off to local, for this commit>,
-//	       set_config('fencelock.held', CASE WHEN l THEN '<key>' ELSE '' END, false)
+//	       ROW(CASE WHEN l THEN pg_logical_emit_message(true, 'fencelock', '') END,
+//	           <synchronous_commit raised from off to local, for this commit>,
+//	           set_config('fencelock.held', CASE WHEN l THEN '<key>' ELSE '' END, false))
 //	  FROM (SELECT pg_try_advisory_lock(<key>) AS l) AS s;
 //	COMMIT;
 //	BEGIN;                                                                   -- the lease's transaction
@@ -72,7 +72,30 @@ package pgadvisory
 // rolled back). The raw pgx way — Begin, SELECT pg_try_advisory_xact_lock,
 // Commit — is three. A hand-off is the holder's COMMIT, then the waiter's
 // server session flushes its fence and answers. Concurrent grants share WAL
-// flushes through PostgreSQL's own group commit.
+// flushes through PostgreSQL's own group commit. Statements per operation,
+// each line one simple-protocol query (one round trip):
+//
+//	TryAcquire, flush off  BEGIN; SELECT (TTL, try lock, fence)                        2
+//	TryAcquire, strict     BEGIN; SELECT (try lock, fence, WAL message); COMMIT;
+//	                       BEGIN; SELECT (TTL, take over)                               5
+//	Acquire, flush off     BEGIN; SELECT (settings); SELECT (fence, restore) FROM (lock) 3
+//	Acquire, strict        BEGIN; SELECT (settings); SELECT (fence, ...) FROM (lock);
+//	                       COMMIT; BEGIN; SELECT (TTL, take over)                      6
+//	Release                COMMIT                                                       1
+//
+// A waiter's session runs nothing between its grant and the statement
+// that reads its fence: both are one statement (see waitSQL).
+//
+// What every fence costs, with or without the flush: a transaction ID.
+// Raw pgx's lock transaction has none, so its COMMIT writes no WAL; the
+// lease's (or, strict, the fence's) transaction has one, so its COMMIT
+// writes a commit record (with the flush off, flushed in the background by
+// the WAL writer). On the 2-core VM that is about 30–40 µs of server CPU
+// per grant, measured with 8 sessions contending on one key through raw
+// pgconn, with and without pg_current_xact_id() in the lock's statement:
+// the part of the contended gap to raw pgx that no statement layout
+// removes, since a fence that is not a transaction ID would need a table
+// or a sequence (see Fence above).
 //
 // What the strict fence costs: the WAL flush of its commit, and the server
 // work of the second transaction that the same query opens for the lease
@@ -88,7 +111,10 @@ package pgadvisory
 // BenchmarkAcquireReleaseFsync, which interleaves them operation by
 // operation (so raw pgx too runs next to WAL flushes, where bench-peers
 // times it in a chunk of its own) and floors on a flushed
-// pg_logical_emit_message, puts it at 0.98–1.02× of the two. At the SQL
+// pg_logical_emit_message, puts it at 0.98–1.02× of the two (and at
+// 1.20–1.56× on 2026-12-06, a machine at load 7–9 whose disk others kept
+// busy: the flushed commit alone took 1.2–2.2 ms; the code before that
+// day's changes measured 1.31–1.62× alongside). At the SQL
 // level the second transaction costs about 40 µs of
 // server time, half of it the TTL setting.
 
@@ -121,8 +147,8 @@ import (
 // never read.
 
 // fenceSelect is the select list of part 1 after the session got the lock.
-const fenceSelect = "pg_current_xact_id()::text, pg_logical_emit_message(true, 'fencelock', '')," +
-	" CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END"
+const fenceSelect = "pg_current_xact_id()::text, ROW(pg_logical_emit_message(true, 'fencelock', '')," +
+	" CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END)"
 
 // takeOver is part 2's expression that moves the lock of key from the
 // session to the lease's transaction: true when done.
@@ -131,17 +157,19 @@ func takeOver(k string) string {
 }
 
 // tryStrictSQL is TryAcquire's query with the fence flush on. Results: BEGIN;
-// (fence or NULL, message LSN, setting, synchronous_commit); COMMIT; BEGIN;
-// (TTL setting, true if granted).
+// (fence or NULL, ROW(message LSN, synchronous_commit, setting)); COMMIT;
+// BEGIN; (TTL setting, true if granted). The values the client does not
+// read come back as one ROW column, which spares it a column each.
 func tryStrictSQL(key, ms int64) string {
 	k := strconv.FormatInt(key, 10)
 	var sb strings.Builder
+	sb.Grow(768)
 	sb.WriteString("BEGIN; SELECT CASE WHEN l THEN pg_current_xact_id()::text END," +
-		" CASE WHEN l THEN pg_logical_emit_message(true, 'fencelock', '') END," +
+		" ROW(CASE WHEN l THEN pg_logical_emit_message(true, 'fencelock', '') END," +
 		" CASE WHEN l AND current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END")
 	sb.WriteString(", set_config('fencelock.held', CASE WHEN l THEN '")
 	sb.WriteString(k)
-	sb.WriteString("' ELSE '' END, false) FROM (SELECT pg_try_advisory_lock(")
+	sb.WriteString("' ELSE '' END, false)) FROM (SELECT pg_try_advisory_lock(")
 	sb.WriteString(k)
 	sb.WriteString(") AS l) AS s; COMMIT; BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '")
 	sb.WriteString(strconv.FormatInt(ms, 10))
@@ -154,47 +182,61 @@ func tryStrictSQL(key, ms int64) string {
 }
 
 // waitSQL is Acquire's query: it waits in the server's queue with
-// statement_timeout and lock_timeout lifted, and (check) the client
-// connection checked every second (PostgreSQL 14 and later).
+// statement_timeout and lock_timeout lifted (set to 0 only where they are
+// not 0 already, which spares the common session two settings and, with
+// the flush off, their restore after the grant), and (check) the client
+// connection checked every second (PostgreSQL 14 and later). With the
+// flush off the session's values are kept in fencelock.statement_timeout
+// and fencelock.lock_timeout, SET LOCAL like the rest, so any later
+// transaction reads them as the empty string: the restore runs only in the
+// transaction that saved them. The lock is taken in a subquery (OFFSET 0
+// keeps it from being flattened) of the statement that then reads the
+// fence, so that the waiter's server session runs one statement, not two,
+// between its grant and its reply; settings come back as one ROW column,
+// which the client does not parse.
 //
-// Strict, results: BEGIN; (settings); (lock); (fence, message LSN,
-// synchronous_commit); COMMIT; BEGIN; (TTL setting, true). The lifted
+// Strict, results: BEGIN; (settings); (fence, ROW(message LSN,
+// synchronous_commit)); COMMIT; BEGIN; (TTL setting, true). The lifted
 // timeouts are SET LOCAL in the first transaction, so the lease's
 // transaction has the session's own.
 //
-// Not strict, results: BEGIN; (settings); (lock); (restored timeouts, fence).
+// Not strict, results: BEGIN; (settings); (fence, restored timeouts).
 func waitSQL(key, ms int64, strict, check bool) string {
 	k := strconv.FormatInt(key, 10)
 	ttl := strconv.FormatInt(ms, 10)
 	var sb strings.Builder
+	sb.Grow(640)
 	if strict {
-		sb.WriteString("BEGIN; SELECT set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)")
+		sb.WriteString("BEGIN; SELECT ROW(CASE WHEN current_setting('statement_timeout') <> '0' THEN set_config('statement_timeout', '0', true) END," +
+			" CASE WHEN current_setting('lock_timeout') <> '0' THEN set_config('lock_timeout', '0', true) END")
 		if check {
 			// A waiter whose client vanished leaves the queue within a second.
 			sb.WriteString(", set_config('client_connection_check_interval', '1000', true)")
 		}
-		sb.WriteString("; SELECT pg_advisory_lock(")
-		sb.WriteString(k)
 		sb.WriteString("); SELECT ")
 		sb.WriteString(fenceSelect)
-		sb.WriteString("; COMMIT; BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '")
+		sb.WriteString(" FROM (SELECT pg_advisory_lock(")
+		sb.WriteString(k)
+		sb.WriteString(") OFFSET 0) AS w; COMMIT; BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '")
 		sb.WriteString(ttl)
 		sb.WriteString("', true), ")
 		sb.WriteString(takeOver(k))
 		return sb.String()
 	}
-	sb.WriteString("BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '")
+	sb.WriteString("BEGIN; SELECT ROW(set_config('idle_in_transaction_session_timeout', '")
 	sb.WriteString(ttl)
-	sb.WriteString("', true), set_config('fencelock.statement_timeout', current_setting('statement_timeout'), true)," +
+	sb.WriteString("', true), CASE WHEN current_setting('statement_timeout') <> '0' OR current_setting('lock_timeout') <> '0' THEN" +
+		" ROW(set_config('fencelock.statement_timeout', current_setting('statement_timeout'), true)," +
 		" set_config('fencelock.lock_timeout', current_setting('lock_timeout'), true)," +
-		" set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)")
+		" set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)) END")
 	if check {
 		sb.WriteString(", set_config('client_connection_check_interval', '1000', true)")
 	}
-	sb.WriteString("; SELECT pg_advisory_xact_lock(")
+	sb.WriteString("); SELECT pg_current_xact_id()::text, CASE WHEN current_setting('fencelock.statement_timeout', true) <> '' THEN" +
+		" ROW(set_config('statement_timeout', current_setting('fencelock.statement_timeout'), true)," +
+		" set_config('lock_timeout', current_setting('fencelock.lock_timeout'), true)) END FROM (SELECT pg_advisory_xact_lock(")
 	sb.WriteString(k)
-	sb.WriteString("); SELECT set_config('statement_timeout', current_setting('fencelock.statement_timeout'), true)," +
-		" set_config('lock_timeout', current_setting('fencelock.lock_timeout'), true), pg_current_xact_id()::text")
+	sb.WriteString(") OFFSET 0) AS w")
 	return sb.String()
 }
 

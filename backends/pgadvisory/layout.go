@@ -25,19 +25,19 @@ func (c cell) in(rs []*pgconn.Result) []byte { return rs[c.result].Rows[0][c.col
 
 // The layouts of the acquire batches, statement by statement.
 var (
-	// tryStrictSQL: BEGIN; SELECT (fence, WAL message,
-	// synchronous_commit, fencelock.held); COMMIT; BEGIN; SELECT (TTL
+	// tryStrictSQL: BEGIN; SELECT (fence, ROW(WAL message,
+	// synchronous_commit, fencelock.held)); COMMIT; BEGIN; SELECT (TTL
 	// setting, took over).
 	tryStrictLayout = layout{results: 5, lastCols: 2, fence: cell{1, 0}, tookOver: &cell{4, 1}}
 	// trySQL: BEGIN; SELECT (TTL setting, fence).
 	tryLayout = layout{results: 2, lastCols: 2, fence: cell{1, 1}}
-	// waitSQL, strict: BEGIN; SELECT (settings); SELECT (lock); SELECT
-	// (fence, WAL message, synchronous_commit); COMMIT; BEGIN; SELECT
+	// waitSQL, strict: BEGIN; SELECT (settings); SELECT (fence, ROW(WAL
+	// message, synchronous_commit)) FROM (lock); COMMIT; BEGIN; SELECT
 	// (TTL setting, took over).
-	waitStrictLayout = layout{results: 7, lastCols: 2, fence: cell{3, 0}, tookOver: &cell{6, 1}}
-	// waitSQL, not strict: BEGIN; SELECT (settings); SELECT (lock);
-	// SELECT (restored statement_timeout, restored lock_timeout, fence).
-	waitLayout = layout{results: 4, lastCols: 3, fence: cell{3, 2}}
+	waitStrictLayout = layout{results: 6, lastCols: 2, fence: cell{2, 0}, tookOver: &cell{5, 1}}
+	// waitSQL, not strict: BEGIN; SELECT (settings); SELECT (fence,
+	// restored timeouts) FROM (lock).
+	waitLayout = layout{results: 3, lastCols: 2, fence: cell{2, 0}}
 )
 
 // fenceIn checks the results rs of a batch of layout l and returns its

@@ -28,10 +28,8 @@ type lease struct {
 	fence driver.Fence
 
 	sem chan struct{} // 1 slot: held while a statement runs on pc
-	// lost is cancelled when the store dropped the lease (a context, so
-	// that the portable layer can watch it with a callback: OnLost).
-	lost     context.Context
-	markLost context.CancelFunc
+	// lost fires when the store dropped the lease (OnLost).
+	lost lossHooks
 
 	conn *pgx.Conn   // pc's connection, for Tx
 	done atomic.Bool // the lease ended (Tx's Conn returns nil)
@@ -62,7 +60,6 @@ var (
 func newLease(b *backend, pc *pgxpool.Conn, key string, lock int64, fence driver.Fence, ms int64, sent time.Time) *lease {
 	l := &lease{b: b, key: key, lock: lock, fence: fence, pc: pc, ms: ms, renewed: sent,
 		sem: make(chan struct{}, 1), conn: pc.Conn(), nc: pc.Conn().PgConn().Conn()}
-	l.lost, l.markLost = context.WithCancel(context.Background())
 	return l
 }
 
@@ -71,7 +68,7 @@ func (l *lease) Fence() driver.Fence { return l.fence }
 // OnLost implements driver.LossNotifier, without a goroutine per lease:
 // f runs when the lease's connection was found dead or its transaction
 // aborted.
-func (l *lease) OnLost(f func()) (stop func() bool) { return context.AfterFunc(l.lost, f) }
+func (l *lease) OnLost(f func()) (stop func() bool) { return l.lost.add(f) }
 
 // acquire takes sem, or returns ctx's error.
 func (l *lease) acquire(ctx context.Context) error {
@@ -170,7 +167,7 @@ func (l *lease) loseLocked(why string, cause error) error {
 		l.ended = fmt.Errorf("%w: pgadvisory: %s", driver.ErrLeaseLost, why)
 	}
 	l.finish()
-	l.markLost()
+	l.lost.mark()
 	pg := pc.Conn().PgConn()
 	if !pg.IsClosed() && pg.TxStatus() == 'E' {
 		rollback(pc)
@@ -225,14 +222,7 @@ func (l *lease) Release(ctx context.Context) error {
 	if l.b.labels {
 		sql, want = end+"; RESET application_name", 2
 	}
-	rs, err := pg.Exec(ctx, sql).ReadAll()
-	if err == nil {
-		err = resultErr(rs, want, 0)
-	}
-	tag := ""
-	if len(rs) > 0 {
-		tag = rs[0].CommandTag.String()
-	}
+	tag, err := execTag(ctx, pg, sql, want)
 	l.pc = nil
 	l.finish()
 	pc.Release() // back to the pool if idle, else the pool closes it
@@ -242,7 +232,7 @@ func (l *lease) Release(ctx context.Context) error {
 		if usedTx && !stale {
 			l.ended = fmt.Errorf("%w (%w: the writes made through Tx may or may not be committed)", l.ended, driver.ErrIndeterminate)
 		}
-		l.markLost()
+		l.lost.mark()
 		return l.ended
 	case err != nil:
 		// e.g. a deferred constraint or serialization failure at COMMIT.
@@ -350,6 +340,31 @@ func (l *lease) check() {
 			_ = l.loseLocked("the server ended its session", err)
 		}
 	}
+}
+
+// execTag runs sql, statements without rows, on pg and returns the first
+// one's command tag; an error if any failed or if they were not want. It
+// reads the results without keeping them (as ReadAll would).
+func execTag(ctx context.Context, pg *pgconn.PgConn, sql string, want int) (tag string, err error) {
+	mrr := pg.Exec(ctx, sql)
+	n := 0
+	for mrr.NextResult() {
+		ct, rerr := mrr.ResultReader().Close()
+		if n == 0 {
+			tag = ct.String()
+		}
+		if err == nil {
+			err = rerr
+		}
+		n++
+	}
+	if cerr := mrr.Close(); cerr != nil {
+		err = cerr
+	}
+	if err == nil && n != want {
+		err = fmt.Errorf("pgadvisory: got %d results, want %d", n, want)
+	}
+	return tag, err
 }
 
 // resultErr checks that a multi-statement Exec gave want results, none

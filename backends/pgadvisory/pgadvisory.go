@@ -307,32 +307,6 @@ var errConnTimeout = errors.New("pgadvisory: connection timeout")
 // execDetached).
 const cleanupTimeout = 2 * time.Second
 
-// execDetached runs sql on pg and reads every result. The statement is not
-// interrupted when ctx ends (pgx would close the connection: a lease's
-// connection, or one whose lock grant would then be unknown): it gets
-// cleanupTimeout more to answer, and only then is the connection broken.
-// The caller checks ctx.Err() afterwards.
-func execDetached(ctx context.Context, pg *pgconn.PgConn, sql string) ([]*pgconn.Result, error) {
-	execCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	var t *time.Timer
-	var mu sync.Mutex
-	stop := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		t = time.AfterFunc(cleanupTimeout, cancel)
-		mu.Unlock()
-	})
-	defer func() {
-		stop()
-		mu.Lock()
-		if t != nil {
-			t.Stop()
-		}
-		mu.Unlock()
-	}()
-	return pg.Exec(execCtx, sql).ReadAll()
-}
-
 // discard closes pc's connection (the server ends its transaction and frees
 // any lock in it) and returns it to the pool, which drops it.
 func discard(pc *pgxpool.Conn) {
@@ -416,10 +390,16 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	return l, nil
 }
 
-// trySQL is TryAcquire's batch when the fence flush is off (see tryLayout).
+// trySQL is TryAcquire's batch when the fence flush is off (see tryLayout),
+// built with one allocation.
 func trySQL(key, ms int64) string {
-	return "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '" + strconv.FormatInt(ms, 10) +
-		"', true), CASE WHEN pg_try_advisory_xact_lock(" + strconv.FormatInt(key, 10) + ") THEN pg_current_xact_id()::text END"
+	b := make([]byte, 0, 192)
+	b = append(b, "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '"...)
+	b = strconv.AppendInt(b, ms, 10)
+	b = append(b, "', true), CASE WHEN pg_try_advisory_xact_lock("...)
+	b = strconv.AppendInt(b, key, 10)
+	b = append(b, ") THEN pg_current_xact_id()::text END"...)
+	return string(b)
 }
 
 // Acquire implements driver.Blocker: the wait is the server's FIFO lock
@@ -554,47 +534,71 @@ func (b *backend) markWaiting(pc *pgxpool.Conn) (unmark func()) {
 // execWait runs the wait batch sql on pg and returns its results and when
 // it was sent.
 //
-// The wait runs detached from ctx: when ctx ends we ask the server to
-// cancel it (the connection survives), and only if that does not end it
-// within cancelGrace we break the connection.
+// The wait runs detached from ctx (pgx is handed a context that never
+// ends, so it watches nothing): when ctx ends we ask the server to cancel
+// it (the connection survives), and only if that does not end it within
+// cancelGrace we break the connection (a deadline on its socket).
 func execWait(ctx context.Context, pg *pgconn.PgConn, sql string) ([]*pgconn.Result, time.Time, error) {
-	execCtx, cancelExec := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelExec()
-	cancelled := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(cancelled)
-		cancelWait(execCtx, cancelExec, pg)
-	})
+	w := &waitCancel{pg: pg, over: make(chan struct{})}
+	var cancelled chan struct{}
+	stop := func() bool { return true }
+	if ctx.Done() != nil {
+		cancelled = make(chan struct{})
+		stop = context.AfterFunc(ctx, func() {
+			defer close(cancelled)
+			w.run()
+		})
+	}
 	sent := time.Now()
-	rs, err := pg.Exec(execCtx, sql).ReadAll()
-	cancelExec() // the wait is over: release the AfterFunc, if it runs
+	rs, err := pg.Exec(context.WithoutCancel(ctx), sql).ReadAll()
+	w.finish()
 	if !stop() {
-		<-cancelled
+		<-cancelled // no cancel request is sent after this returns
 	}
 	return rs, sent, err
 }
 
-// cancelWait asks the server to cancel the query running on pg until
-// execCtx, the query's context, ends. A cancel request that reaches the
-// server before the query does is ignored, so it repeats the request
-// every cancelRetry. Backstop: a server that does not honour it within
-// cancelGrace (unreachable, frozen) gets its connection broken
-// (cancelExec).
-func cancelWait(execCtx context.Context, cancelExec context.CancelFunc, pg *pgconn.PgConn) {
+// waitCancel cancels a wait whose caller has gone; see execWait.
+type waitCancel struct {
+	pg   *pgconn.PgConn
+	over chan struct{} // closed when the wait's statement is over
+
+	mu       sync.Mutex
+	finished bool
+}
+
+func (w *waitCancel) finish() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.finished = true
+	close(w.over)
+}
+
+// run asks the server to cancel the query running on pg until it is over.
+// A cancel request that reaches the server before the query does is
+// ignored, so it repeats the request every cancelRetry. Backstop: a server
+// that does not honour it within cancelGrace (unreachable, frozen) gets
+// its connection broken. (The caller discards the connection of a wait
+// whose ctx ended, so the deadline is never cleared.)
+func (w *waitCancel) run() {
 	deadline := time.Now().Add(cancelGrace)
 	for {
-		cctx, cancel := context.WithDeadline(execCtx, deadline)
-		_ = pg.CancelRequest(cctx)
+		cctx, cancel := context.WithDeadline(context.Background(), deadline)
+		_ = w.pg.CancelRequest(cctx)
 		cancel()
 		t := time.NewTimer(cancelRetry)
 		select {
-		case <-execCtx.Done():
+		case <-w.over:
 			t.Stop()
 			return
 		case <-t.C:
 		}
 		if time.Now().After(deadline) {
-			cancelExec()
+			w.mu.Lock()
+			if !w.finished {
+				_ = w.pg.Conn().SetDeadline(time.Now())
+			}
+			w.mu.Unlock()
 			return
 		}
 	}

@@ -1,0 +1,129 @@
+package pgadvisory_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backends/pgadvisory"
+	"github.com/fencelock/fencelock/internal/testserver"
+)
+
+// TestCancelledWaitBehindFrozenLink: a blocking Acquire whose ctx ends
+// while its link to the server is frozen (a paused proxy: its cancel
+// requests go nowhere either) returns ctx's error once the cancel grace
+// (2 s) is over, by breaking its connection, instead of waiting for the
+// frozen link; the server then drops the waiter from its queue.
+func TestCancelledWaitBehindFrozenLink(t *testing.T) {
+	e := newEnv(t)
+	u, err := url.Parse(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := testserver.NewEtcdProxy(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	u.Host = proxy.Addr()
+	for _, mode := range []string{"", "fence_flush=false"} {
+		holder, waiter := e.client(mode), newEnvURL(t, u.String()).client(mode)
+		name := e.name()
+		key := pgadvisory.Key(name)
+		l, err := holder.TryAcquire(e.ctx, name, opts(30*time.Second, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(e.ctx)
+		got := acquireAsync(ctx, waiter, name, opts(30*time.Second, false))
+		e.waitFor(5*time.Second, "waiter queued", func() (bool, error) { n, err := e.waiters(key); return n == 1, err })
+		proxy.Pause()
+		cancel()
+		start := time.Now()
+		var r acquired
+		select {
+		case r = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q: cancelled Acquire behind a frozen link still blocked after 10s", mode)
+		}
+		if !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("%q: cancelled Acquire = %v, want context.Canceled", mode, r.err)
+		}
+		proxy.Resume()
+		e.waitFor(5*time.Second, "the broken waiter gone from the queue", func() (bool, error) { n, err := e.waiters(key); return n == 0, err })
+		t.Logf("%q: returned %v after the cancel", mode, time.Since(start).Round(time.Millisecond))
+		if err := l.Release(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCancelledTryBehindFrozenLink: a TryAcquire (and an Extend) whose ctx
+// ends while its link to the server is frozen gets the cleanup grace (2 s)
+// to hear back, then breaks its connection and returns, instead of
+// waiting for the frozen link: the TryAcquire with ctx's error and
+// ErrIndeterminate (the grant is unknown), the Extend with ErrLeaseLost
+// (the lease's connection is gone).
+func TestCancelledTryBehindFrozenLink(t *testing.T) {
+	e := newEnv(t)
+	u, err := url.Parse(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := testserver.NewEtcdProxy(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	u.Host = proxy.Addr()
+	c := newEnvURL(t, u.String()).client("fence_flush=false")
+	l, err := c.TryAcquire(e.ctx, e.name(), opts(30*time.Second, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second connection, idle in the pool, for the TryAcquire below.
+	l2, err := c.TryAcquire(e.ctx, e.name(), opts(30*time.Second, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Release(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Pause()
+	defer proxy.Resume()
+	for _, op := range []struct {
+		name string
+		do   func(context.Context) error
+		want []error
+	}{
+		{"TryAcquire", func(ctx context.Context) error {
+			_, err := c.TryAcquire(ctx, e.name(), opts(30*time.Second, false))
+			return err
+		},
+			[]error{context.DeadlineExceeded, fencelock.ErrIndeterminate}},
+		{"Extend", func(ctx context.Context) error { return l.Extend(ctx, 30*time.Second) }, []error{fencelock.ErrLeaseLost}},
+	} {
+		ctx, cancel := context.WithTimeout(e.ctx, 100*time.Millisecond)
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- op.do(ctx) }()
+		select {
+		case err := <-done:
+			for _, w := range op.want {
+				if !errors.Is(err, w) {
+					t.Errorf("%s behind a frozen link = %v, want an error matching %v", op.name, err, w)
+				}
+			}
+			if d := time.Since(start); d < time.Second {
+				t.Errorf("%s returned after %v, before the cleanup grace", op.name, d)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s behind a frozen link still blocked after 10s", op.name)
+		}
+		cancel()
+		t.Logf("%s returned %v after the call", op.name, time.Since(start).Round(time.Millisecond))
+	}
+}
