@@ -534,71 +534,47 @@ func (b *backend) markWaiting(pc *pgxpool.Conn) (unmark func()) {
 // execWait runs the wait batch sql on pg and returns its results and when
 // it was sent.
 //
-// The wait runs detached from ctx (pgx is handed a context that never
-// ends, so it watches nothing): when ctx ends we ask the server to cancel
-// it (the connection survives), and only if that does not end it within
-// cancelGrace we break the connection (a deadline on its socket).
+// The wait runs detached from ctx: when ctx ends we ask the server to
+// cancel it (the connection survives), and only if that does not end it
+// within cancelGrace we break the connection.
 func execWait(ctx context.Context, pg *pgconn.PgConn, sql string) ([]*pgconn.Result, time.Time, error) {
-	w := &waitCancel{pg: pg, over: make(chan struct{})}
-	var cancelled chan struct{}
-	stop := func() bool { return true }
-	if ctx.Done() != nil {
-		cancelled = make(chan struct{})
-		stop = context.AfterFunc(ctx, func() {
-			defer close(cancelled)
-			w.run()
-		})
-	}
+	execCtx, cancelExec := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelExec()
+	cancelled := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cancelled)
+		cancelWait(execCtx, cancelExec, pg)
+	})
 	sent := time.Now()
-	rs, err := pg.Exec(context.WithoutCancel(ctx), sql).ReadAll()
-	w.finish()
+	rs, err := pg.Exec(execCtx, sql).ReadAll()
+	cancelExec() // the wait is over: release the AfterFunc, if it runs
 	if !stop() {
-		<-cancelled // no cancel request is sent after this returns
+		<-cancelled
 	}
 	return rs, sent, err
 }
 
-// waitCancel cancels a wait whose caller has gone; see execWait.
-type waitCancel struct {
-	pg   *pgconn.PgConn
-	over chan struct{} // closed when the wait's statement is over
-
-	mu       sync.Mutex
-	finished bool
-}
-
-func (w *waitCancel) finish() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.finished = true
-	close(w.over)
-}
-
-// run asks the server to cancel the query running on pg until it is over.
-// A cancel request that reaches the server before the query does is
-// ignored, so it repeats the request every cancelRetry. Backstop: a server
-// that does not honour it within cancelGrace (unreachable, frozen) gets
-// its connection broken. (The caller discards the connection of a wait
-// whose ctx ended, so the deadline is never cleared.)
-func (w *waitCancel) run() {
+// cancelWait asks the server to cancel the query running on pg until
+// execCtx, the query's context, ends. A cancel request that reaches the
+// server before the query does is ignored, so it repeats the request
+// every cancelRetry. Backstop: a server that does not honour it within
+// cancelGrace (unreachable, frozen) gets its connection broken
+// (cancelExec).
+func cancelWait(execCtx context.Context, cancelExec context.CancelFunc, pg *pgconn.PgConn) {
 	deadline := time.Now().Add(cancelGrace)
 	for {
-		cctx, cancel := context.WithDeadline(context.Background(), deadline)
-		_ = w.pg.CancelRequest(cctx)
+		cctx, cancel := context.WithDeadline(execCtx, deadline)
+		_ = pg.CancelRequest(cctx)
 		cancel()
 		t := time.NewTimer(cancelRetry)
 		select {
-		case <-w.over:
+		case <-execCtx.Done():
 			t.Stop()
 			return
 		case <-t.C:
 		}
 		if time.Now().After(deadline) {
-			w.mu.Lock()
-			if !w.finished {
-				_ = w.pg.Conn().SetDeadline(time.Now())
-			}
-			w.mu.Unlock()
+			cancelExec()
 			return
 		}
 	}
