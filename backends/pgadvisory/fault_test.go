@@ -32,6 +32,23 @@ func newEnv(t *testing.T) *env {
 	return newEnvURL(t, pg.URL())
 }
 
+// proxied returns a proxy to e's server, closed when t ends, and e's URL
+// through it.
+func (e *env) proxied(t *testing.T) (*testserver.EtcdProxy, string) {
+	t.Helper()
+	u, err := url.Parse(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := testserver.NewEtcdProxy(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	u.Host = proxy.Addr()
+	return proxy, u.String()
+}
+
 func newEnvURL(t *testing.T, url string) *env {
 	ctx := t.Context()
 	admin, err := pgxpool.New(ctx, url)
@@ -512,21 +529,12 @@ func TestCancelEarly(t *testing.T) {
 // Release is ErrLeaseLost.
 func TestFaultClientPartitioned(t *testing.T) {
 	e := newEnv(t)
-	u, err := url.Parse(e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := testserver.NewEtcdProxy(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	u.Host = proxy.Addr()
+	proxy, proxied := e.proxied(t)
 	name := e.name()
 	const ttl = time.Second
 	faulttest.ClientPartitioned(t, faulttest.Partition{
 		Backend: "pgadvisory",
-		Cut:     newEnvURL(t, u.String()).client(""),
+		Cut:     newEnvURL(t, proxied).client(""),
 		Other:   e.client(""),
 		Pause:   proxy.Pause, Resume: proxy.Resume,
 		Name: name, TTL: ttl,

@@ -3,13 +3,11 @@ package pgadvisory_test
 import (
 	"context"
 	"errors"
-	"net/url"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/pgadvisory"
-	"github.com/fencelock/fencelock/internal/testserver"
 )
 
 // TestCancelledWaitBehindFrozenLink: a blocking Acquire whose ctx ends
@@ -19,18 +17,9 @@ import (
 // frozen link; the server then drops the waiter from its queue.
 func TestCancelledWaitBehindFrozenLink(t *testing.T) {
 	e := newEnv(t)
-	u, err := url.Parse(e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := testserver.NewEtcdProxy(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	u.Host = proxy.Addr()
+	proxy, proxied := e.proxied(t)
 	for _, mode := range []string{"", "fence_flush=false"} {
-		holder, waiter := e.client(mode), newEnvURL(t, u.String()).client(mode)
+		holder, waiter := e.client(mode), newEnvURL(t, proxied).client(mode)
 		name := e.name()
 		key := pgadvisory.Key(name)
 		l, err := holder.TryAcquire(e.ctx, name, opts(30*time.Second, false))
@@ -69,17 +58,8 @@ func TestCancelledWaitBehindFrozenLink(t *testing.T) {
 // (the lease's connection is gone).
 func TestCancelledTryBehindFrozenLink(t *testing.T) {
 	e := newEnv(t)
-	u, err := url.Parse(e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := testserver.NewEtcdProxy(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	u.Host = proxy.Addr()
-	c := newEnvURL(t, u.String()).client("fence_flush=false")
+	proxy, proxied := e.proxied(t)
+	c := newEnvURL(t, proxied).client("fence_flush=false")
 	l, err := c.TryAcquire(e.ctx, e.name(), opts(30*time.Second, false))
 	if err != nil {
 		t.Fatal(err)
