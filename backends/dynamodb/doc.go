@@ -46,7 +46,10 @@
 // poll intervals). The minimum TTL is 100 ms. Blocked Acquires queue in the item's
 // waitQueue (at most 16 entries) and are served in the order they joined;
 // they poll the item with consistent reads, at most PollInterval apart
-// (Options.Backoff is not used).
+// (Options.Backoff is not used). A Client's blocked Acquires of one lock
+// queue up in the Client first, in arrival order, and only the first of
+// them joins waitQueue and polls: a Client costs the table one waiter's
+// requests per lock, however many of its goroutines wait.
 //
 // # Many leases
 //

@@ -61,6 +61,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/localq"
 )
 
 // API is the part of the DynamoDB client the backend uses; *ddb.Client
@@ -140,8 +141,9 @@ type backend struct {
 	cfg     Config
 	caps    driver.Capabilities
 	mem     memory
-	cut     atomic.Int64 // KillSessions epoch
-	closeFn func()       // closes what the backend owns (URL-opened clients)
+	line    localq.Queues[struct{}] // this Client's blocked Acquires per name, in order (see Acquire)
+	cut     atomic.Int64            // KillSessions epoch
+	closeFn func()                  // closes what the backend owns (URL-opened clients)
 }
 
 var (

@@ -215,7 +215,22 @@ type waiter struct {
 // Acquire implements driver.Blocker: a blocked Acquire joins the lock's
 // wait queue and takes the lock when it is first in line and the lock is
 // free or expired (see Waiting, atop this file).
+//
+// One poller per Client and name: the blocked Acquires of one Client on
+// one lock first queue up locally, in arrival order, and only the first
+// of them joins the item's queue and polls; the next starts when it is
+// granted or gives up. So a Client's waiters cost the table the requests
+// of one waiter, whatever their number, and are served first come, first
+// served; between Clients the item's queue keeps the order (a Client's
+// next waiter joins it behind those that joined meanwhile).
 func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, time.Time, error) {
+	t, _ := b.line.Join(req.Name, struct{}{}) // never closed: a Client's Close ends waits through ctx
+	defer b.line.Leave(req.Name, t)
+	select {
+	case <-t.Turn():
+	case <-ctx.Done():
+		return nil, time.Time{}, context.Cause(ctx)
+	}
 	w := &waiter{b: b, req: req, lapse: entryLapse(req.TTL), pos: -1}
 	l, sent, err := w.wait(ctx)
 	if err != nil && w.maybe {

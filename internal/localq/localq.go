@@ -2,9 +2,9 @@
 // in arrival order, so that only the first of them contends on the store:
 // a release is then raced by one waiter per Client instead of all of
 // them (fewer refused attempts loading the store), and a Client's waiters
-// are served first come, first served. The redis and redlock backends use
-// it; each ticket carries a value of the backend's own (redlock's local
-// hand-off state).
+// are served first come, first served. The redis, redlock and dynamodb
+// backends use it; each ticket carries a value of the backend's own
+// (redlock's local hand-off state).
 package localq
 
 import "sync"
