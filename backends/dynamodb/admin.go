@@ -76,16 +76,17 @@ func (b *backend) StoredFence(ctx context.Context, name string) (driver.Fence, b
 }
 
 // DropFenceState implements driver.FenceAdmin: it removes the fence
-// attribute from the lock's item, as the AWS Lock Client's PutItem or
-// DeleteItem would; the next grant's fence then restarts from the
-// client's clock (the floor).
+// attribute from the lock's item and writes a new record version, as the
+// AWS Lock Client's PutItem or DeleteItem would; the next grant's fence
+// then restarts from the client's clock (the floor).
 func (b *backend) DropFenceState(ctx context.Context, name string) error {
 	_, err := b.api.UpdateItem(ctx, &ddb.UpdateItemInput{
-		TableName:                &b.cfg.Table,
-		Key:                      keyOf(name),
-		ConditionExpression:      aws.String("attribute_exists(#k)"),
-		UpdateExpression:         aws.String("REMOVE #f"),
-		ExpressionAttributeNames: names("#k", "#f"),
+		TableName:                 &b.cfg.Table,
+		Key:                       keyOf(name),
+		ConditionExpression:       aws.String("attribute_exists(#k)"),
+		UpdateExpression:          aws.String("SET #rvn = :new REMOVE #f"),
+		ExpressionAttributeNames:  names("#k", "#f", "#rvn"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":new": str(newRVN())},
 	})
 	if err != nil && !conditionFailed(err) {
 		return fmt.Errorf("drop fence state: %w", classify(ctx, "drop fence state", b.cfg.Table, err))

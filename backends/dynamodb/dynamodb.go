@@ -13,6 +13,19 @@ package dynamodb
 //     entry> instead, and the write removes that entry). ReturnValues
 //     gives the new fence. A refused write is followed by one consistent GetItem that
 //     records what holds the lock and who waits (the observation: see Expiry by observation, atop observe.go).
+//   - Acquire, fast path: a Client whose own release wrote the item's
+//     last version knows the item (queue aside): its acquire is
+//     conditional on recordVersionNumber = <that version> AND
+//     size(waitQueue) = 0 and sets ownerName, a new version, fence =
+//     <the released fence + 1> (a plain value) and leaseDuration and
+//     the label only if they change, returning nothing. dynalite parses
+//     that in a fraction of the general write's time (the uncontended
+//     acquire+release went from 1.28–1.36× the AWS Lock Client
+//     protocol's Put+Delete to about 1.1×; BenchmarkAcquireRelease). If
+//     anyone else wrote the item since, the write is refused and the
+//     read that follows decides, as for any refusal (a write more when
+//     the lock is free after all). The general write leaves an empty
+//     waitQueue on an item that had none, which the fast path needs.
 //   - Heartbeat (Extend): one UpdateItem conditional on our version and
 //     ownerName, writing a new version and leaseDuration.
 //   - Release: one UpdateItem conditional on our version and ownerName,
@@ -222,7 +235,8 @@ func (s state) takeable(now time.Time) bool { return s.lockTakeable(now) && len(
 // lock and who waits (for a later attempt). If the read finds an entry of
 // the queue lapsed (watched unchanged for its lapse time by this Client),
 // one write drops it; if the lock is then free or expired with nobody in
-// line, one more write takes it.
+// line (a fast-path write, made after this Client's own release, is
+// refused when anyone else wrote the item since), one more write takes it.
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
 	l, st, err := b.try(ctx, req, "")
 	if !errors.Is(err, driver.ErrNotAcquired) {
@@ -276,49 +290,86 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, head strin
 
 // write is the acquire: one conditional UpdateItem. With head "" it
 // requires an empty wait queue; else it requires head first in the queue
-// and removes it.
+// and removes it. On the fast path (this Client released the lock last:
+// see Operations, atop this file) its refusal means only that the item
+// changed since: the caller's read tells whether to write again.
 func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched, head string) (driver.Lease, error) {
+	var mine *released
+	if m, ok := b.mem.takeReleased(req.Name); ok && head == "" && watched == "" {
+		mine = &m
+	}
 	owner := b.cfg.Owner + "/" + req.Token
 	rvn := newRVN()
-	expr := "SET #on = :on, #rvn = :rvn, #ld = :ld, #f = if_not_exists(#f, :floor) + :one, #lb = :lb REMOVE #ir"
-	if req.Label == "" {
-		expr = "SET #on = :on, #rvn = :rvn, #ld = :ld, #f = if_not_exists(#f, :floor) + :one REMOVE #ir, #lb"
+	vals := map[string]types.AttributeValue{":on": str(owner), ":rvn": str(rvn)}
+	set, remove := "SET #on = :on, #rvn = :rvn, ", " REMOVE #ir"
+	n := names("#on", "#rvn", "#ir", "#f", "#q")
+	// The lease duration and label, unless the fast path finds them
+	// already in the item.
+	if mine == nil || leaseMillis(mine.ttl) != leaseMillis(req.TTL) {
+		set += "#ld = :ld, "
+		vals[":ld"] = str(leaseMillis(req.TTL))
+		n["#ld"] = attrLease
 	}
-	vals := map[string]types.AttributeValue{
-		":on":    str(owner),
-		":rvn":   str(rvn),
-		":ld":    str(leaseMillis(req.TTL)),
-		":rel":   str(releasedValue),
-		":floor": num(uint64(time.Now().UnixMicro())),
-		":one":   num(1),
-	}
-	if req.Label != "" {
+	switch {
+	case mine != nil && mine.label == req.Label:
+	case req.Label != "":
+		set += "#lb = :lb, "
 		vals[":lb"] = str(req.Label)
+		n["#lb"] = attrLabel
+	default:
+		remove += ", #lb"
+		n["#lb"] = attrLabel
 	}
-	// (released [OR watched]) AND nobody waits / head first in line,
-	// written without parentheses (dynalite parses those slowly) as a
-	// disjunction of conjunctions: an item that does not exist has no
-	// queue; nobody waits when waitQueue is absent or empty ("size = 0"
-	// costs dynalite less than a nested path, attribute_not_exists(#q[0])).
-	cond := "attribute_not_exists(#k) OR #ir = :rel AND attribute_not_exists(#q) OR #ir = :rel AND size(#q) = :zero"
-	if head != "" {
-		cond = "#ir = :rel AND #q[0] = :head"
-		expr += ", #q[0]"
-		vals[":head"] = str(head)
+	var (
+		cond  string
+		known driver.Fence // the fence the write sets, when known before it
+	)
+	if mine != nil {
+		// The fast path: if this Client's own release is the item's last
+		// version, the item is as it left it, queue aside, and its fence,
+		// lease duration and label are known: two plain comparisons,
+		// plain values, only what changes, nothing returned.
+		known = mine.fence + 1
+		cond = "#rvn = :w AND size(#q) = :zero"
+		set += "#f = :f"
+		vals[":w"], vals[":zero"], vals[":f"] = str(mine.rvn), num(0), num(uint64(known))
 	} else {
-		vals[":zero"] = num(0)
-	}
-	n := names("#on", "#rvn", "#ld", "#ir", "#f", "#q", "#lb")
-	if head == "" {
-		n["#k"] = attrKey
-	}
-	if watched != "" {
+		set += "#f = if_not_exists(#f, :floor) + :one"
+		vals[":rel"] = str(releasedValue)
+		vals[":floor"] = num(uint64(time.Now().UnixMicro()))
+		vals[":one"] = num(1)
+		// (released [OR watched]) AND nobody waits / head first in line,
+		// written without parentheses (dynalite parses those slowly) as a
+		// disjunction of conjunctions: an item that does not exist has no
+		// queue; nobody waits when waitQueue is absent or empty ("size = 0"
+		// costs dynalite less than a nested path, attribute_not_exists(#q[0])).
+		// The write leaves an empty waitQueue on an item that had none,
+		// so that the next grant from this Client's release may take the
+		// fast path.
+		cond = "attribute_not_exists(#k) OR #ir = :rel AND attribute_not_exists(#q) OR #ir = :rel AND size(#q) = :zero"
 		if head != "" {
-			cond += " OR #rvn = :w AND #q[0] = :head"
+			cond = "#ir = :rel AND #q[0] = :head"
+			remove += ", #q[0]"
+			vals[":head"] = str(head)
 		} else {
-			cond += " OR #rvn = :w AND attribute_not_exists(#q) OR #rvn = :w AND size(#q) = :zero"
+			set += ", #q = if_not_exists(#q, :empty)"
+			vals[":zero"] = num(0)
+			vals[":empty"] = &types.AttributeValueMemberL{Value: []types.AttributeValue{}}
+			n["#k"] = attrKey
 		}
-		vals[":w"] = str(watched)
+		if watched != "" {
+			if head != "" {
+				cond += " OR #rvn = :w AND #q[0] = :head"
+			} else {
+				cond += " OR #rvn = :w AND attribute_not_exists(#q) OR #rvn = :w AND size(#q) = :zero"
+			}
+			vals[":w"] = str(watched)
+		}
+	}
+	expr := set + remove
+	rv := types.ReturnValueUpdatedNew
+	if known != 0 {
+		rv = types.ReturnValueNone
 	}
 	cctx, c := track(ctx)
 	out, err := b.api.UpdateItem(cctx, &ddb.UpdateItemInput{
@@ -328,10 +379,13 @@ func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched,
 		UpdateExpression:          &expr,
 		ExpressionAttributeNames:  n,
 		ExpressionAttributeValues: vals,
-		ReturnValues:              types.ReturnValueUpdatedNew,
+		ReturnValues:              rv,
 	}, withAttempts)
 	if err == nil {
 		b.mem.forget(req.Name)
+		if known != 0 {
+			return b.newLease(req, owner, rvn, known), nil
+		}
 		fence, ferr := fenceFrom(out.Attributes)
 		if ferr != nil {
 			l := b.newLease(req, owner, rvn, 0)

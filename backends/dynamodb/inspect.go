@@ -65,5 +65,9 @@ func (b *backend) Inspect(ctx context.Context, name string) (driver.LockInfo, er
 func (l *lease) SetLabel(ctx context.Context, label string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.update(ctx, "label", "SET #rvn = :new, #lb = :lb", map[string]types.AttributeValue{":lb": str(label)}, 0)
+	err := l.update(ctx, "label", "SET #rvn = :new, #lb = :lb", map[string]types.AttributeValue{":lb": str(label)}, 0)
+	if err == nil {
+		l.label = label
+	}
+	return err
 }

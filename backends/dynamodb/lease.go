@@ -26,9 +26,10 @@ type lease struct {
 	fence driver.Fence
 	epoch int64 // backend.cut when granted (KillSessions)
 
-	mu   sync.Mutex
-	rvns []string      // the item's version, plus versions written by writes of unknown outcome
-	ttl  time.Duration // lease duration last written
+	mu    sync.Mutex
+	rvns  []string      // the item's version, plus versions written by writes of unknown outcome
+	ttl   time.Duration // lease duration last written
+	label string        // label last written ("" for none)
 }
 
 var (
@@ -37,7 +38,7 @@ var (
 )
 
 func (b *backend) newLease(req driver.AcquireRequest, owner, rvn string, fence driver.Fence) *lease {
-	return &lease{b: b, key: req.Name, owner: owner, fence: fence, epoch: b.cut.Load(), rvns: []string{rvn}, ttl: req.TTL}
+	return &lease{b: b, key: req.Name, owner: owner, fence: fence, epoch: b.cut.Load(), rvns: []string{rvn}, ttl: req.TTL, label: req.Label}
 }
 
 func (l *lease) Fence() driver.Fence { return l.fence }
@@ -68,7 +69,11 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 func (l *lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.update(ctx, "release", "SET #ir = :rel, #rvn = :new", map[string]types.AttributeValue{":rel": str(releasedValue)}, 0)
+	err := l.update(ctx, "release", "SET #ir = :rel, #rvn = :new", map[string]types.AttributeValue{":rel": str(releasedValue)}, 0)
+	if err == nil {
+		l.b.mem.released(l.key, released{rvn: l.rvns[0], fence: l.fence, ttl: l.ttl, label: l.label})
+	}
+	return err
 }
 
 // update makes one owner-checked write that rotates the version. Callers

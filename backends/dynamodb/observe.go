@@ -26,6 +26,8 @@ package dynamodb
 import (
 	"sync"
 	"time"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // observation is what a Client saw of a lock held by someone else: the
@@ -64,8 +66,42 @@ type seenEntry struct {
 // memory is the observation memory of one Client, shared by its blocked
 // Acquires and later TryAcquires.
 type memory struct {
-	mu  sync.Mutex
-	obs map[string]record
+	mu   sync.Mutex
+	obs  map[string]record
+	mine map[string]released // locks whose last version is this Client's release
+}
+
+// released is what a Client knows of a lock it released itself: the
+// version its release wrote, and the fence, lease duration and label of
+// the lease it released.
+type released struct {
+	rvn   string
+	fence driver.Fence
+	ttl   time.Duration
+	label string
+}
+
+// released records r, written by this Client's release of key
+// (bounded to maxObservations locks).
+func (m *memory) released(key string, r released) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mine == nil || len(m.mine) >= maxObservations {
+		m.mine = map[string]released{}
+	}
+	m.mine[key] = r
+}
+
+// takeReleased returns and forgets what released recorded of key: it
+// serves one acquire write, whose outcome makes it stale either way.
+func (m *memory) takeReleased(key string) (released, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.mine[key]
+	if ok {
+		delete(m.mine, key)
+	}
+	return r, ok
 }
 
 func (m *memory) get(key string) (observation, bool) {

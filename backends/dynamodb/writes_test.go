@@ -1,11 +1,14 @@
 package dynamodb_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +32,7 @@ type wire struct {
 
 	mu      sync.Mutex
 	ops     map[string]int
+	cs      []string // the ConditionExpression of each request since the last take
 	loseOp  string
 	lose    int  // replies of loseOp still to lose
 	thenCut bool // cut the network once the last of them is lost
@@ -42,8 +46,19 @@ func newWire() *wire {
 
 func (w *wire) RoundTrip(req *http.Request) (*http.Response, error) {
 	op := strings.TrimPrefix(req.Header.Get("X-Amz-Target"), "DynamoDB_20120810.")
+	var in struct{ ConditionExpression string }
+	if req.Body != nil {
+		b, err := io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		_ = json.Unmarshal(b, &in)
+		req.Body = io.NopCloser(bytes.NewReader(b))
+	}
 	w.mu.Lock()
 	w.ops[op]++
+	w.cs = append(w.cs, in.ConditionExpression)
 	lose := w.lose > 0 && op == w.loseOp
 	if lose {
 		w.lose--
@@ -76,7 +91,16 @@ func (w *wire) take() map[string]int {
 	defer w.mu.Unlock()
 	m := maps.Clone(w.ops)
 	clear(w.ops)
+	w.cs = nil
 	return m
+}
+
+// conds returns the condition expressions sent since the last take, in
+// order ("" for a request without one).
+func (w *wire) conds() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.cs)
 }
 
 func (w *wire) loseNext(op string, n int) {
@@ -303,5 +327,81 @@ func TestRetriedHeartbeatUncheckable(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
+	}
+}
+
+// TestFastPath: a Client taking back a lock it released itself sends one
+// short write (the fast path); if another Client took and released the
+// lock since, that write is refused and a read and the general write
+// follow, with a fence above the other's; if a waiter joined the queue
+// since, the write is refused and the releaser does not barge.
+func TestFastPath(t *testing.T) {
+	d := testserver.StartDynalite(t)
+	ctx := t.Context()
+	w := newWire()
+	c := openWire(t, d.URL(), w, 3)
+	other := open(t, d.URL()+"&poll_interval=1s", nil)
+	n := name(t)
+	noRenew := &fencelock.AcquireOptions{TTL: 10 * time.Second, AutoRenew: fencelock.Bool(false)}
+	cycle := func(cl *fencelock.Client) fencelock.Fence {
+		t.Helper()
+		l, err := cl.TryAcquire(ctx, n, noRenew)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return l.Fence()
+	}
+	f := cycle(c)
+	for range 3 {
+		w.take()
+		g := cycle(c)
+		if conds := w.conds(); len(conds) == 0 || conds[0] != "#rvn = :w AND size(#q) = :zero" {
+			t.Errorf("the acquire after the Client's own release sent conditions %q, want the fast path's first", conds)
+		}
+		wantOps(t, "TryAcquire+Release after the Client's own release", w.take(), map[string]int{"UpdateItem": 2})
+		if g != f+1 {
+			t.Fatalf("fence %d after fence %d on the fast path, want %d", g, f, f+1)
+		}
+		f = g
+	}
+	o := cycle(other)
+	if o <= f {
+		t.Fatalf("the other Client's fence %d after %d", o, f)
+	}
+	w.take()
+	if g := cycle(c); g <= o {
+		t.Fatalf("fence %d after the other Client's %d", g, o)
+	}
+	wantOps(t, "TryAcquire+Release after another Client's", w.take(), map[string]int{"UpdateItem": 3, "GetItem": 1})
+
+	// A waiter joins while c holds the lock; once c released it, c's
+	// fast-path write is refused (the waiter reads only every second).
+	l, err := c.TryAcquire(ctx, n, noRenew)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		wl, err := other.Acquire(ctx, n, noRenew)
+		if err == nil {
+			err = wl.Release(ctx)
+		}
+		done <- err
+	}()
+	awaitQueueLen(t, native(t, other), tableOf(t, d.URL()), n, 1)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if bl, err := c.TryAcquire(ctx, n, noRenew); !errors.Is(err, fencelock.ErrNotAcquired) {
+		if err == nil {
+			_ = bl.Release(ctx)
+		}
+		t.Fatalf("TryAcquire by the releaser while a waiter is queued: %v, want ErrNotAcquired", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
