@@ -215,8 +215,11 @@ func (b *backend) Capabilities() driver.Capabilities { return b.caps }
 // held under the observation in force; and its wait queue.
 type state struct {
 	free   bool
+	owner  string       // ownerName ("" when there is no item)
+	fence  driver.Fence // the item's fence
 	obs    observation
 	queue  []string // waitQueue entries, first in line first
+	noQ    bool     // the item exists without a waitQueue attribute
 	lapsed int      // index of the first entry this Client has watched unchanged for its lapse time, or -1
 }
 
@@ -253,6 +256,9 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	}
 	return l, err
 }
+
+// owner is the ownerName of req's grant.
+func (b *backend) owner(req driver.AcquireRequest) string { return b.cfg.Owner + "/" + req.Token }
 
 // pollInterval is Config.PollInterval, or the default for a lease of the
 // given duration.
@@ -298,7 +304,7 @@ func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched,
 	if m, ok := b.mem.takeReleased(req.Name); ok && head == "" && watched == "" {
 		mine = &m
 	}
-	owner := b.cfg.Owner + "/" + req.Token
+	owner := b.owner(req)
 	rvn := newRVN()
 	vals := map[string]types.AttributeValue{":on": str(owner), ":rvn": str(rvn)}
 	set, remove := "SET #on = :on, #rvn = :rvn, ", " REMOVE #ir"
@@ -368,8 +374,13 @@ func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched,
 	}
 	expr := set + remove
 	rv := types.ReturnValueUpdatedNew
-	if known != 0 {
+	switch {
+	case known != 0:
 		rv = types.ReturnValueNone
+	case head != "":
+		// The whole item: the queue behind us is whom our release hands
+		// the lock to (see Hand-off, atop queue.go).
+		rv = types.ReturnValueAllNew
 	}
 	cctx, c := track(ctx)
 	out, err := b.api.UpdateItem(cctx, &ddb.UpdateItemInput{
@@ -392,7 +403,13 @@ func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched,
 			_ = l.Release(context.WithoutCancel(ctx))
 			return nil, ferr
 		}
-		return b.newLease(req, owner, rvn, fence), nil
+		l := b.newLease(req, owner, rvn, fence)
+		if head != "" {
+			if it, err := parseItem(req.Name, out.Attributes); err == nil {
+				l.queue = it.queue
+			}
+		}
+		return l, nil
 	}
 	if conditionFailed(err) {
 		if c.attempts > 1 {
@@ -482,9 +499,9 @@ func (b *backend) observe(key string, item map[string]types.AttributeValue, t ti
 		rvn = ""
 	}
 	obs, seen := b.mem.saw(key, rvn, it.lease, it.queue, t)
-	st = state{free: it.released, obs: obs, queue: it.queue, lapsed: -1}
+	st = state{free: it.released, owner: it.owner, fence: it.fence, obs: obs, queue: it.queue, noQ: !it.hasQueue, lapsed: -1}
 	for i, e := range it.queue {
-		if _, lapse := parseEntry(e); t.Sub(seen[i]) >= lapse {
+		if t.Sub(seen[i]) >= parseEntry(e).lapse {
 			st.lapsed = i
 			break
 		}

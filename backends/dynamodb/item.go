@@ -143,6 +143,7 @@ type lockItem struct {
 	released bool
 	fence    driver.Fence // 0 when the item has no fence (written by another client)
 	queue    []string     // waitQueue entries, first in line first
+	hasQueue bool         // the item has a waitQueue attribute (an empty list, say)
 	label    string       // "" when the item has none (written by another client)
 }
 
@@ -215,6 +216,7 @@ func parseItem(key string, item map[string]types.AttributeValue) (lockItem, erro
 		it.label = v.Value
 	}
 	if v, ok := item[attrQueue]; ok {
+		it.hasQueue = true
 		lv, ok := v.(*types.AttributeValueMemberL)
 		if !ok {
 			return it, &malformedError{key, attrQueue, fmt.Sprintf("a non-list (%T)", v)}

@@ -2,7 +2,9 @@ package dynamodb
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +32,7 @@ type lease struct {
 	rvns  []string      // the item's version, plus versions written by writes of unknown outcome
 	ttl   time.Duration // lease duration last written
 	label string        // label last written ("" for none)
+	queue []string      // the wait queue as last seen (at the grant): whom Release hands off to
 }
 
 var (
@@ -64,11 +67,24 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 	return l.update(ctx, "extend", "SET #rvn = :new, #ld = :ld", map[string]types.AttributeValue{":ld": str(leaseMillis(ttl))}, ttl)
 }
 
-// Release marks the item released and writes a new version, conditional
-// on our version and owner. The item (and its fence) stays.
+// Release hands the lock to the first waiter in line, if the queue as
+// last seen has one that takes hand-offs (see Hand-off, atop queue.go);
+// else it marks the item released and writes a new version. Either write
+// is conditional on our version and owner. The item (and its fence)
+// stays.
 func (l *lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.b.cut.Load() == l.epoch {
+		for range maxHandOffs {
+			if len(l.queue) == 0 || parseEntry(l.queue[0]).lease == "" {
+				break
+			}
+			if err := l.handOff(ctx); !errors.Is(err, errHeadMoved) {
+				return err
+			}
+		}
+	}
 	err := l.update(ctx, "release", "SET #ir = :rel, #rvn = :new", map[string]types.AttributeValue{":rel": str(releasedValue)}, 0)
 	if err == nil {
 		l.b.mem.released(l.key, released{rvn: l.rvns[0], fence: l.fence, ttl: l.ttl, label: l.label})
@@ -76,14 +92,85 @@ func (l *lease) Release(ctx context.Context) error {
 	return err
 }
 
-// update makes one owner-checked write that rotates the version. Callers
-// hold mu.
-func (l *lease) update(ctx context.Context, op, expr string, vals map[string]types.AttributeValue, ttl time.Duration) error {
-	if l.b.cut.Load() != l.epoch {
-		return fmt.Errorf("%w: dynamodb %s: this client was cut off from DynamoDB by KillSessions (a simulated network partition)", driver.ErrUnavailable, op)
-	}
+// maxHandOffs bounds the hand-off writes of one Release (each refusal
+// means the first entry of the queue changed); then it releases.
+const maxHandOffs = 4
+
+// errHeadMoved is a refused hand-off of a lock still ours: the first
+// entry of the queue is another now (l.queue has it).
+var errHeadMoved = errors.New("the first waiter in line changed")
+
+// handOff writes the first waiter's ownership (its ownerName and lease
+// duration from its entry, a new version, the fence + 1) and removes its
+// entry, conditional on our version and owner and that entry still being
+// first (see Hand-off, atop queue.go). A refusal reads the item: if the
+// lock is still ours, l.queue becomes its queue and the result is
+// errHeadMoved. Callers hold mu.
+func (l *lease) handOff(ctx context.Context) error {
+	head := l.queue[0]
+	e := parseEntry(head)
 	rvn := newRVN()
-	vals[":new"] = str(rvn)
+	vals := map[string]types.AttributeValue{
+		":new": str(rvn), ":on": str(l.owner), ":won": str(e.owner), ":wld": str(e.lease),
+		":f": num(uint64(l.fence) + 1), ":head": str(head),
+	}
+	cond := l.versionCond(vals) + " AND #q[0] = :head"
+	expr := "SET #on = :won, #rvn = :new, #ld = :wld, #f = :f REMOVE #q[0], #lb"
+	if e.label != "" {
+		expr = "SET #on = :won, #rvn = :new, #ld = :wld, #f = :f, #lb = :wlb REMOVE #q[0]"
+		vals[":wlb"] = str(e.label)
+	}
+	cctx, c := track(ctx)
+	_, err := l.b.api.UpdateItem(cctx, &ddb.UpdateItemInput{
+		TableName:                 &l.b.cfg.Table,
+		Key:                       keyOf(l.key),
+		ConditionExpression:       aws.String(cond),
+		UpdateExpression:          aws.String(expr),
+		ExpressionAttributeNames:  names("#rvn", "#on", "#ld", "#f", "#q", "#lb"),
+		ExpressionAttributeValues: vals,
+	}, withAttempts)
+	if err == nil {
+		l.handedOff(rvn, e, l.queue[1:])
+		return nil
+	}
+	if !conditionFailed(err) {
+		return classify(ctx, "release", l.b.cfg.Table, err)
+	}
+	out, gerr := l.b.get(ctx, l.key)
+	if gerr != nil {
+		return classify(ctx, "release", l.b.cfg.Table, gerr)
+	}
+	if out.Item == nil {
+		return l.lost()
+	}
+	it, perr := parseItem(l.key, out.Item)
+	switch {
+	case perr != nil:
+		return l.lost()
+	case c.attempts > 1 && it.rvn == rvn:
+		// An earlier attempt was applied, its reply lost.
+		l.handedOff(rvn, e, it.queue)
+		return nil
+	case it.owner == l.owner && !it.released && slices.Contains(l.rvns, it.rvn):
+		l.rvns = append(l.rvns[:0], it.rvn)
+		l.queue = it.queue
+		return errHeadMoved
+	}
+	return l.lost()
+}
+
+// handedOff records a hand-off to e that wrote version rvn and left queue
+// behind: this Client has seen the lock held under rvn (its next Acquire
+// of the name joins the queue at once). Callers hold mu.
+func (l *lease) handedOff(rvn string, e entry, queue []string) {
+	l.queue = nil
+	ld, _ := parseLease(e.lease)
+	l.b.mem.handedOff(l.key, rvn, ld, queue, time.Now())
+}
+
+// versionCond is the condition that the item holds our version (one of
+// the versions it may hold) and owner, with their values added to vals.
+func (l *lease) versionCond(vals map[string]types.AttributeValue) string {
 	vals[":on"] = str(l.owner)
 	var in []string
 	for i, v := range l.rvns {
@@ -95,7 +182,18 @@ func (l *lease) update(ctx context.Context, op, expr string, vals map[string]typ
 	if len(in) > 1 {
 		cond = "#rvn IN (" + strings.Join(in, ", ") + ")"
 	}
-	cond += " AND #on = :on"
+	return cond + " AND #on = :on"
+}
+
+// update makes one owner-checked write that rotates the version. Callers
+// hold mu.
+func (l *lease) update(ctx context.Context, op, expr string, vals map[string]types.AttributeValue, ttl time.Duration) error {
+	if l.b.cut.Load() != l.epoch {
+		return fmt.Errorf("%w: dynamodb %s: this client was cut off from DynamoDB by KillSessions (a simulated network partition)", driver.ErrUnavailable, op)
+	}
+	rvn := newRVN()
+	vals[":new"] = str(rvn)
+	cond := l.versionCond(vals)
 	n := names("#rvn", "#on")
 	for _, k := range []string{"#ld", "#ir", "#lb"} {
 		if strings.Contains(expr, k) {

@@ -54,8 +54,9 @@ const maxObservations = 10000
 // holder (rvn "" when the last read found it free) and, for each entry of
 // its wait queue, when this Client first saw that exact entry.
 type record struct {
-	lock  observation
-	queue []seenEntry
+	lock   observation
+	queue  []seenEntry
+	handed bool // this Client handed the lock on (see Hand-off, atop queue.go)
 }
 
 type seenEntry struct {
@@ -112,11 +113,26 @@ func (m *memory) get(key string) (observation, bool) {
 }
 
 // queued reports whether the last read of key by this Client found
-// waiters in its queue.
+// waiters in its queue, or this Client handed the lock on since.
 func (m *memory) queued(key string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.obs[key].queue) > 0
+	r := m.obs[key]
+	return len(r.queue) > 0 || r.handed
+}
+
+// handedOff records that this Client handed key on at t, writing version
+// rvn with the given lease duration and leaving queue: as a read at t
+// would have seen it (the write was applied before t), and marked so
+// that queued reports true.
+func (m *memory) handedOff(key, rvn string, lease time.Duration, queue []string, t time.Time) {
+	m.saw(key, rvn, lease, queue, t)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r, ok := m.obs[key]; ok {
+		r.handed = true
+		m.obs[key] = r
+	}
 }
 
 // saw records that a read received at t found key held under rvn ("" if
