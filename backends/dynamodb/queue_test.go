@@ -352,3 +352,184 @@ func TestQueueAllLeaveAtOnce(t *testing.T) {
 		t.Errorf("after all %d waiters returned, the queue still holds %q", n, q)
 	}
 }
+
+// handOffLine makes a line on lock n: a holds it, then b and each of
+// rest queue up behind, and a releases, so that b takes the lock itself
+// from the head of the line and sees who waits behind it. It returns
+// b's lease and the channels the rest's Acquires report on.
+func handOffLine(t *testing.T, api *ddb.Client, table, n string, opts *fencelock.AcquireOptions, a, b *fencelock.Client, rest ...waiterOf) (*fencelock.Lease, []chan acquired) {
+	t.Helper()
+	ctx := t.Context()
+	la, err := a.TryAcquire(ctx, n, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bch := make(chan acquired, 1)
+	go func() { l, err := b.Acquire(ctx, n, opts); bch <- acquired{l, err, time.Now()} }()
+	awaitQueueLen(t, api, table, n, 1)
+	var chs []chan acquired
+	for i, r := range rest {
+		ch := make(chan acquired, 1)
+		go func() { l, err := r.c.Acquire(r.ctx, n, opts); ch <- acquired{l, err, time.Now()} }()
+		awaitQueueLen(t, api, table, n, 2+i)
+		chs = append(chs, ch)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := <-bch
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	return got.l, chs
+}
+
+type waiterOf struct {
+	c   *fencelock.Client
+	ctx context.Context
+}
+
+type acquired struct {
+	l   *fencelock.Lease
+	err error
+	at  time.Time
+}
+
+// TestHandOff: a holder that took the lock from the head of the line
+// releases it by writing the next waiter's ownership (one write; the
+// waiter sends no acquire write), with the fence one above its own.
+func TestHandOff(t *testing.T) {
+	d := testserver.StartDynalite(t)
+	ctx := t.Context()
+	w := newWire()
+	a, b := open(t, d.URL(), nil), open(t, d.URL(), nil)
+	c := openWire(t, d.URL(), w, 3)
+	api, table, n := native(t, a), tableOf(t, d.URL()), name(t)
+	opts := &fencelock.AcquireOptions{TTL: 10 * time.Second, AutoRenew: fencelock.Bool(false)}
+	lb, chs := handOffLine(t, api, table, n, opts, a, b, waiterOf{c, ctx})
+	w.take()
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := <-chs[0]
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	defer got.l.Release(ctx)
+	if ops := w.take(); ops["UpdateItem"] != 0 {
+		t.Errorf("the waiter handed the lock sent %v: want reads only", ops)
+	}
+	if got.l.Fence() != lb.Fence()+1 {
+		t.Errorf("handed-off fence %d after %d, want %d", got.l.Fence(), lb.Fence(), lb.Fence()+1)
+	}
+	if q := queueOf(t, api, table, n); len(q) != 0 {
+		t.Errorf("queue after the hand-off: %q", q)
+	}
+	if info, err := a.Inspect(ctx, n); err != nil || !info.Held || info.Label != got.l.Label() {
+		t.Errorf("Inspect after the hand-off: %+v, %v; want held with label %q", info, err, got.l.Label())
+	}
+}
+
+// TestHandOffToLeavingWaiter: a waiter whose Acquire ends after the lock
+// was handed to it (before it read so) passes the lock on as it leaves:
+// the next waiter gets it at once, not after the lease duration.
+func TestHandOffToLeavingWaiter(t *testing.T) {
+	d := testserver.StartDynalite(t)
+	ctx := t.Context()
+	w := newWire()
+	a, b, next := open(t, d.URL(), nil), open(t, d.URL(), nil), open(t, d.URL(), nil)
+	c := openWire(t, d.URL(), w, 3)
+	api, table, n := native(t, a), tableOf(t, d.URL()), name(t)
+	opts := &fencelock.AcquireOptions{TTL: 10 * time.Second, AutoRenew: fencelock.Bool(false)}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lb, chs := handOffLine(t, api, table, n, opts, a, b, waiterOf{c, cctx}, waiterOf{next, ctx})
+	open := w.holdReads() // c does not learn of the hand-off
+	if err := lb.Release(ctx); err != nil {
+		open()
+		t.Fatal(err)
+	}
+	cancel()
+	released := time.Now()
+	open()
+	if got := <-chs[0]; !errors.Is(got.err, context.Canceled) {
+		t.Fatalf("the leaving waiter's Acquire: %v, want context.Canceled", got.err)
+	}
+	select {
+	case got := <-chs[1]:
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		t.Logf("next waiter served %v after the release", got.at.Sub(released))
+		if got.l.Fence() != lb.Fence()+2 {
+			t.Errorf("fence %d, want %d (passed on by the leaving waiter)", got.l.Fence(), lb.Fence()+2)
+		}
+		_ = got.l.Release(ctx)
+	case <-time.After(3 * time.Second):
+		t.Fatal("the next waiter was not served within 3s of the release: the lock handed to the leaving waiter was not passed on")
+	}
+}
+
+// TestHandOffToDeadWaiter: a lock handed to a waiter that died (its
+// entry, with a 300ms lease, nobody's) is taken by the next waiter once
+// it has watched the handed version unchanged for that lease.
+func TestHandOffToDeadWaiter(t *testing.T) {
+	d := testserver.StartDynalite(t)
+	ctx := t.Context()
+	a, b, next := open(t, d.URL(), nil), open(t, d.URL(), nil), open(t, d.URL(), nil)
+	api, table, n := native(t, a), tableOf(t, d.URL()), name(t)
+	opts := &fencelock.AcquireOptions{TTL: 10 * time.Second, AutoRenew: fencelock.Bool(false)}
+	// b takes the lock from the head of the line, then a dead entry
+	// (lease 300ms) and next queue up behind it.
+	la, err := a.TryAcquire(ctx, n, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bch := make(chan acquired, 1)
+	go func() { l, err := b.Acquire(ctx, n, opts); bch <- acquired{l, err, time.Now()} }()
+	awaitQueueLen(t, api, table, n, 1)
+	const lease = 300 * time.Millisecond
+	if _, err := api.UpdateItem(ctx, &ddb.UpdateItemInput{
+		TableName: &table, Key: map[string]types.AttributeValue{"key": &types.AttributeValueMemberS{Value: n}},
+		UpdateExpression:         aws.String("SET #q = list_append(#q, :e)"),
+		ExpressionAttributeNames: map[string]string{"#q": "waitQueue"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":e": &types.AttributeValueMemberL{Value: []types.AttributeValue{
+			&types.AttributeValueMemberS{Value: randHex(16) + " 1 10000 300 ghost "}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nch := make(chan acquired, 1)
+	go func() { l, err := next.Acquire(ctx, n, opts); nch <- acquired{l, err, time.Now()} }()
+	awaitQueueLen(t, api, table, n, 3)
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := <-bch
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	released := time.Now()
+	if err := got.l.Release(ctx); err != nil { // hands off to the ghost
+		t.Fatal(err)
+	}
+	if info, err := a.Inspect(ctx, n); err != nil || !info.Held {
+		t.Fatalf("after the hand-off to the dead waiter: %+v, %v; want held", info, err)
+	}
+	select {
+	case g := <-nch:
+		if g.err != nil {
+			t.Fatal(g.err)
+		}
+		took := g.at.Sub(released)
+		t.Logf("next waiter served %v after the hand-off to the dead waiter", took)
+		if took < lease {
+			t.Errorf("the next waiter took the lock %v after it was handed to the dead waiter, before its %v lease", took, lease)
+		}
+		if g.l.Fence() != got.l.Fence()+2 {
+			t.Errorf("fence %d, want %d", g.l.Fence(), got.l.Fence()+2)
+		}
+		_ = g.l.Release(ctx)
+	case <-time.After(lease + 3*time.Second):
+		t.Fatal("the next waiter was not served within 3s of the dead waiter's lease")
+	}
+}

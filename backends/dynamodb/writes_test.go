@@ -32,7 +32,8 @@ type wire struct {
 
 	mu      sync.Mutex
 	ops     map[string]int
-	cs      []string // the ConditionExpression of each request since the last take
+	cs      []string      // the ConditionExpression of each request since the last take
+	gate    chan struct{} // while non-nil, GetItem requests wait for it to close
 	loseOp  string
 	lose    int  // replies of loseOp still to lose
 	thenCut bool // cut the network once the last of them is lost
@@ -55,6 +56,16 @@ func (w *wire) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		_ = json.Unmarshal(b, &in)
 		req.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	w.mu.Lock()
+	gate := w.gate
+	w.mu.Unlock()
+	if gate != nil && op == "GetItem" {
+		select {
+		case <-gate:
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
 	}
 	w.mu.Lock()
 	w.ops[op]++
@@ -93,6 +104,21 @@ func (w *wire) take() map[string]int {
 	clear(w.ops)
 	w.cs = nil
 	return m
+}
+
+// holdReads makes GetItem requests wait until the returned func is
+// called.
+func (w *wire) holdReads() (open func()) {
+	g := make(chan struct{})
+	w.mu.Lock()
+	w.gate = g
+	w.mu.Unlock()
+	return func() {
+		w.mu.Lock()
+		w.gate = nil
+		w.mu.Unlock()
+		close(g)
+	}
 }
 
 // conds returns the condition expressions sent since the last take, in
