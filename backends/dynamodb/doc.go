@@ -46,7 +46,11 @@
 // poll intervals). The minimum TTL is 100 ms. Blocked Acquires queue in the item's
 // waitQueue (at most 16 entries) and are served in the order they joined;
 // they poll the item with consistent reads, at most PollInterval apart
-// (Options.Backoff is not used). A Client's blocked Acquires of one lock
+// (Options.Backoff is not used). A holder that took the lock from the
+// head of the queue releases it by writing the next waiter's ownership
+// (one write), which that waiter sees at its next read; a waiter that
+// dies after joining may thus be handed the lock, which then waits out
+// the lease duration it asked for. A Client's blocked Acquires of one lock
 // queue up in the Client first, in arrival order, and only the first of
 // them joins waitQueue and polls: a Client costs the table one waiter's
 // requests per lock, however many of its goroutines wait.

@@ -120,15 +120,7 @@ func (l *lease) handOff(ctx context.Context) error {
 		expr = "SET #on = :won, #rvn = :new, #ld = :wld, #f = :f, #lb = :wlb REMOVE #q[0]"
 		vals[":wlb"] = str(e.label)
 	}
-	cctx, c := track(ctx)
-	_, err := l.b.api.UpdateItem(cctx, &ddb.UpdateItemInput{
-		TableName:                 &l.b.cfg.Table,
-		Key:                       keyOf(l.key),
-		ConditionExpression:       aws.String(cond),
-		UpdateExpression:          aws.String(expr),
-		ExpressionAttributeNames:  names("#rvn", "#on", "#ld", "#f", "#q", "#lb"),
-		ExpressionAttributeValues: vals,
-	}, withAttempts)
+	c, err := l.write(ctx, cond, expr, names("#rvn", "#on", "#ld", "#f", "#q", "#lb"), vals)
 	if err == nil {
 		l.handedOff(rvn, e, l.queue[1:])
 		return nil
@@ -185,6 +177,21 @@ func (l *lease) versionCond(vals map[string]types.AttributeValue) string {
 	return cond + " AND #on = :on"
 }
 
+// write makes one conditional UpdateItem on the lock's item, tracking its
+// attempts.
+func (l *lease) write(ctx context.Context, cond, expr string, n map[string]string, vals map[string]types.AttributeValue) (*call, error) {
+	cctx, c := track(ctx)
+	_, err := l.b.api.UpdateItem(cctx, &ddb.UpdateItemInput{
+		TableName:                 &l.b.cfg.Table,
+		Key:                       keyOf(l.key),
+		ConditionExpression:       aws.String(cond),
+		UpdateExpression:          aws.String(expr),
+		ExpressionAttributeNames:  n,
+		ExpressionAttributeValues: vals,
+	}, withAttempts)
+	return c, err
+}
+
 // update makes one owner-checked write that rotates the version. Callers
 // hold mu.
 func (l *lease) update(ctx context.Context, op, expr string, vals map[string]types.AttributeValue, ttl time.Duration) error {
@@ -200,15 +207,7 @@ func (l *lease) update(ctx context.Context, op, expr string, vals map[string]typ
 			n[k] = exprNames[k]
 		}
 	}
-	cctx, c := track(ctx)
-	_, err := l.b.api.UpdateItem(cctx, &ddb.UpdateItemInput{
-		TableName:                 &l.b.cfg.Table,
-		Key:                       keyOf(l.key),
-		ConditionExpression:       aws.String(cond),
-		UpdateExpression:          aws.String(expr),
-		ExpressionAttributeNames:  n,
-		ExpressionAttributeValues: vals,
-	}, withAttempts)
+	c, err := l.write(ctx, cond, expr, n, vals)
 	switch {
 	case err == nil:
 		l.done(rvn, ttl)

@@ -7,21 +7,54 @@ package dynamodb
 //
 //   - Join: an Acquire whose first write is refused reads the item and
 //     appends its entry with one conditional UpdateItem (list_append, only
-//     if the item exists, the queue has fewer than 16 entries and not this
-//     entry already). An Acquire on a Client whose last read of the item
-//     found waiters (one coming back for a lock it just released) joins
-//     at once, without the acquire write the queue would refuse; the join
-//     returns the item. While the queue is full, later waiters poll and join
-//     when a place frees.
+//     if the queue has fewer than 16 entries and not this entry already;
+//     the condition, size(waitQueue) < 16 AND NOT contains(...), needs the
+//     attribute, which every fencelock grant leaves; on an item without
+//     it, as the AWS Lock Client writes them, the longer form that also
+//     checks that the item exists). An Acquire on a Client whose last read
+//     of the item found waiters, or that handed the lock on since (one
+//     coming back for a lock it just released), joins at once, without
+//     the acquire write the queue would refuse; the join returns the
+//     item. While the queue is full, later waiters poll and join when a
+//     place frees.
+//   - Hand-off: a Release whose lease saw a waiter first in line (the
+//     grant that made it returned the item: the first waiter's own take,
+//     or a hand-off the waiter read) writes that waiter's ownership
+//     instead of marking the item released: SET ownerName, a new version,
+//     leaseDuration and label from the waiter's entry, fence = its own + 1
+//     (a plain value: the version condition proves the item unchanged),
+//     REMOVE waitQueue[0], conditional on our version and owner and on
+//     waitQueue[0] being that entry. A refusal reads the item: if the lock
+//     is still ours, the first entry changed (the waiter left, refreshed,
+//     lapsed): hand off to the new first one (at most 4 writes), or
+//     release. A releaser whose lease saw nobody waiting (TryAcquire's
+//     grant, a take with nobody behind) releases; a waiter who joined
+//     meanwhile takes the lock itself (Take). The waiter learns of the
+//     hand-off at its next read (ownerName is "<its Config.Owner>/<its
+//     token>"): its lease's validity runs from when it sent the last
+//     request whose reply showed the lock not yet its own, which the
+//     hand-off write followed; others watch the new version from their
+//     first read of it, after the write. Entries carry what the hand-off
+//     writes ("<token> <count> <lapse ms> <lease ms> <Config.Owner>
+//     <label>"); an entry whose owner and label exceed 64 bytes, or
+//     whose Config.Owner has a space or a slash, or one written by an
+//     older fencelock ("<token> <count> <lapse ms>"), gets no hand-off:
+//     its waiter takes the lock itself. A waiter that dies after joining
+//     may be handed the lock: the lock then waits out the lease duration
+//     in its entry (watched by the next waiter, who takes it over as in
+//     Take) instead of the entry's lapse time. A waiter whose Acquire ends
+//     after a hand-off it has not read yet finds it when it leaves, and
+//     releases (hands on) the lock.
 //   - Take: only the first waiter in line takes the lock, when it is
 //     released, gone, or its version watched unchanged for its lease
 //     duration, with the acquire write conditional on waitQueue[0] being
-//     its entry, which the same write removes. Everyone else's acquire
-//     write (a later arrival, TryAcquire, the releaser coming back) is
-//     refused while anyone waits, even on a released lock: TryAcquire
-//     returns ErrNotAcquired saying that waiters queued first. So the
-//     releaser cannot re-grab, and a holder that crashed is taken over by
-//     the first waiter in line.
+//     its entry, which the same write removes (and which returns the
+//     item: the queue behind it is whom its release hands off to).
+//     Everyone else's acquire write (a later arrival, TryAcquire, the
+//     releaser coming back) is refused while anyone waits, even on a
+//     released lock: TryAcquire returns ErrNotAcquired saying that
+//     waiters queued first. So the releaser cannot re-grab, and a holder
+//     that crashed is taken over by the first waiter in line.
 //   - Refresh: a waiter rewrites its entry (a higher count) every third
 //     of its lapse time, with a write conditional on the entry at its
 //     index. The lapse time is the TTL the waiter asked for, at most 10s.
@@ -31,36 +64,40 @@ package dynamodb
 //     TryAcquire of that Client removes it with a write conditional on the
 //     entry at its index. A waiter that died thus holds the line up for
 //     at most its lapse time after the others first saw its entry (plus a
-//     poll). Dead waiters seen by the same read lapse together, and a
-//     blocked Acquire drops them one write each without waiting between
-//     (TryAcquire drops at most one per call). A live waiter that stalled
-//     past its lapse finds its entry gone and joins again at the back.
-//     A dead waiter with a lapse longer than the holder's lease delays the
-//     takeover of an abandoned lock past Lease.StoreTTL, by up to the
-//     difference.
+//     poll), unless it is handed the lock first (Hand-off). Dead waiters
+//     seen by the same read lapse together, and a blocked Acquire drops
+//     them one write each without waiting between (TryAcquire drops at
+//     most one per call). A live waiter that stalled past its lapse finds
+//     its entry gone and joins again at the back. A dead waiter with a
+//     lapse longer than the holder's lease delays the takeover of an
+//     abandoned lock past Lease.StoreTTL, by up to the difference.
 //   - Leave: an Acquire that ends without the lock (ctx ended, Client
 //     closed, an error) removes its entry before it returns, on a
 //     detached context (read, then remove conditional on the entry at its
 //     index; a refused removal means another entry moved, so it reads
 //     and tries again, up to 32 times: eight waiters leaving at once all
-//     get out). If that fails the entry lapses.
+//     get out); a read that shows the lock handed to it releases it. If
+//     that fails the entry lapses (or the handed lock expires).
 //
 // Waiters read the item with a consistent GetItem: after a quarter of the
 // time since they last saw the lock change hands or themselves move up in
-// line, between 5ms and Config.PollInterval (by default the held item's
+// line, between 3ms and Config.PollInterval (by default the held item's
 // lease duration / 20, between 10ms and 200ms), times their place in line
-// (the first waits least), jittered down to half, and no later than the
-// watched version's expiry or their next refresh. A lock that changes
-// hands often is read often, a long-held one at most every
-// PollInterval; a released lock is taken within one such wait plus a read
-// and a write. Polls are reads, which cost less than refused conditional
-// writes. The portable Backoff is not used.
+// from the third on (the first two, who are handed the lock at the next
+// release and the one after, wait least), jittered down to half, and no
+// later than the watched version's expiry or their next refresh. A lock
+// that changes hands often is read often, a long-held one at most every
+// PollInterval; a lock handed to a waiter is seen by it within one such
+// wait plus a read. Polls are reads, which cost a fifth of a write. The
+// portable Backoff is not used.
 //
 // What a contended grant costs (requests, and DynamoDB's on-demand
 // pricing: a write request unit per write of an item up to 1 KB, charged
 // whether or not its condition holds; a strongly consistent read of up to
 // 4 KB is one read request unit, which costs a fifth of a write unit).
-// The item stays under 1 KB (maxQueue), so every write is one unit. With
+// Entries are about 45 bytes, or about 80 with the hand-off fields and
+// the default owner and label: the item stays under 1 KB with up to
+// about ten waiters (a write to an item of 1 to 2 KB is two units). With
 // eight Clients taking and releasing one lock in a loop
 // (BenchmarkContended counts the requests on the wire):
 //
@@ -71,30 +108,19 @@ package dynamodb
 //     condition alone cost dynalite 1.3 ms of CPU to parse, and eight
 //     waiters leaving at once could leave entries behind that held the
 //     line up for their lapse time.
-//   - now: about 3.2 writes (release, join, take, a few refreshes) and 3
-//     to 4 reads (polls) per grant, 3.8 to 4 write units' worth: a Client
-//     that last saw waiters joins at once instead of first sending an
-//     acquire write that the queue would refuse. In the same runs (a
-//     loaded 2-core machine) grants per second rose by a quarter to a
-//     half and CPU per grant fell by a third (dynalite) and a quarter
-//     (the Clients).
+//   - with the one-poller-per-Client join: about 3.1 writes (release,
+//     join, take, a few refreshes) and 2.5 to 3 reads per grant, 3.6 to
+//     3.7 write units' worth.
+//   - now, with the hand-off: about 2.05 writes (the hand-off, the
+//     releaser's join) and 3 to 4 reads (polls; the first two in line
+//     poll at 3ms) per grant, 2.7 to 2.9 write units' worth. In the same
+//     runs (a loaded 2-core machine, interleaved) grants per second went
+//     from 124-151 to 262-311 and CPU per grant fell by a quarter
+//     (dynalite) and a fifth (the Clients).
 //   - the AWS Lock Client protocol (benchpeers' peer): a PutItem and a
 //     DeleteItem per grant, 2 write units, plus a refused PutItem (a write
 //     unit each) per waiter per retry period; with no queue the releaser
 //     takes the lock back 99% of the time.
-//   - a hand-off in the release write (not built yet): the release
-//     would write the first waiter's ownership (SET ownerName =
-//     waitQueue[0], a new version, fence + 1, REMOVE waitQueue[0]) and the
-//     waiter learn it at its next poll: 2 writes (release, join) and a
-//     read or two per grant, and one round trip less per hand-off, which
-//     is what reaching half the peer's contended rate at twice its CPU
-//     per grant takes. It needs the waiter's lease duration in its entry,
-//     a validity counted from the waiter's previous poll (sent before the
-//     write), a releaser that picks its write by whether anyone waits (a
-//     wrong guess is refused and costs a second write), and a leaving
-//     waiter that releases a lock handed to it; and it grants to a waiter
-//     that may have died, so the lock then waits out a lease duration
-//     instead of the entry's lapse time.
 //
 // Capabilities.FIFO is false: the order holds among the first 16 waiters,
 // for waiters that refresh in time, and on items no other client

@@ -354,9 +354,10 @@ func TestQueueAllLeaveAtOnce(t *testing.T) {
 }
 
 // handOffLine makes a line on lock n: a holds it, then b and each of
-// rest queue up behind, and a releases, so that b takes the lock itself
-// from the head of the line and sees who waits behind it. It returns
-// b's lease and the channels the rest's Acquires report on.
+// rest queue up behind (a rest with inject appends its own entry), and a
+// releases, so that b takes the lock itself from the head of the line
+// and sees who waits behind it. It returns b's lease and the channels
+// the rest's Acquires report on (nil for an injected entry).
 func handOffLine(t *testing.T, api *ddb.Client, table, n string, opts *fencelock.AcquireOptions, a, b *fencelock.Client, rest ...waiterOf) (*fencelock.Lease, []chan acquired) {
 	t.Helper()
 	ctx := t.Context()
@@ -369,8 +370,13 @@ func handOffLine(t *testing.T, api *ddb.Client, table, n string, opts *fencelock
 	awaitQueueLen(t, api, table, n, 1)
 	var chs []chan acquired
 	for i, r := range rest {
-		ch := make(chan acquired, 1)
-		go func() { l, err := r.c.Acquire(r.ctx, n, opts); ch <- acquired{l, err, time.Now()} }()
+		var ch chan acquired
+		if r.inject != nil {
+			r.inject()
+		} else {
+			ch = make(chan acquired, 1)
+			go func() { l, err := r.c.Acquire(r.ctx, n, opts); ch <- acquired{l, err, time.Now()} }()
+		}
 		awaitQueueLen(t, api, table, n, 2+i)
 		chs = append(chs, ch)
 	}
@@ -385,8 +391,9 @@ func handOffLine(t *testing.T, api *ddb.Client, table, n string, opts *fencelock
 }
 
 type waiterOf struct {
-	c   *fencelock.Client
-	ctx context.Context
+	c      *fencelock.Client
+	ctx    context.Context
+	inject func() // instead of c's Acquire: append an entry
 }
 
 type acquired struct {
@@ -406,7 +413,7 @@ func TestHandOff(t *testing.T) {
 	c := openWire(t, d.URL(), w, 3)
 	api, table, n := native(t, a), tableOf(t, d.URL()), name(t)
 	opts := &fencelock.AcquireOptions{TTL: 10 * time.Second, AutoRenew: fencelock.Bool(false)}
-	lb, chs := handOffLine(t, api, table, n, opts, a, b, waiterOf{c, ctx})
+	lb, chs := handOffLine(t, api, table, n, opts, a, b, waiterOf{c: c, ctx: ctx})
 	w.take()
 	if err := lb.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -443,7 +450,7 @@ func TestHandOffToLeavingWaiter(t *testing.T) {
 	opts := &fencelock.AcquireOptions{TTL: 10 * time.Second, AutoRenew: fencelock.Bool(false)}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	lb, chs := handOffLine(t, api, table, n, opts, a, b, waiterOf{c, cctx}, waiterOf{next, ctx})
+	lb, chs := handOffLine(t, api, table, n, opts, a, b, waiterOf{c: c, ctx: cctx}, waiterOf{c: next, ctx: ctx})
 	open := w.holdReads() // c does not learn of the hand-off
 	if err := lb.Release(ctx); err != nil {
 		open()
@@ -479,37 +486,24 @@ func TestHandOffToDeadWaiter(t *testing.T) {
 	a, b, next := open(t, d.URL(), nil), open(t, d.URL(), nil), open(t, d.URL(), nil)
 	api, table, n := native(t, a), tableOf(t, d.URL()), name(t)
 	opts := &fencelock.AcquireOptions{TTL: 10 * time.Second, AutoRenew: fencelock.Bool(false)}
-	// b takes the lock from the head of the line, then a dead entry
-	// (lease 300ms) and next queue up behind it.
-	la, err := a.TryAcquire(ctx, n, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bch := make(chan acquired, 1)
-	go func() { l, err := b.Acquire(ctx, n, opts); bch <- acquired{l, err, time.Now()} }()
-	awaitQueueLen(t, api, table, n, 1)
+	// b takes the lock from the head of the line, with a dead entry
+	// (lease 300ms) and next queued up behind it.
 	const lease = 300 * time.Millisecond
-	if _, err := api.UpdateItem(ctx, &ddb.UpdateItemInput{
-		TableName: &table, Key: map[string]types.AttributeValue{"key": &types.AttributeValueMemberS{Value: n}},
-		UpdateExpression:         aws.String("SET #q = list_append(#q, :e)"),
-		ExpressionAttributeNames: map[string]string{"#q": "waitQueue"},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":e": &types.AttributeValueMemberL{Value: []types.AttributeValue{
-			&types.AttributeValueMemberS{Value: randHex(16) + " 1 10000 300 ghost "}}}},
-	}); err != nil {
-		t.Fatal(err)
+	ghost := func() {
+		if _, err := api.UpdateItem(ctx, &ddb.UpdateItemInput{
+			TableName: &table, Key: map[string]types.AttributeValue{"key": &types.AttributeValueMemberS{Value: n}},
+			UpdateExpression:         aws.String("SET #q = list_append(#q, :e)"),
+			ExpressionAttributeNames: map[string]string{"#q": "waitQueue"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":e": &types.AttributeValueMemberL{Value: []types.AttributeValue{
+				&types.AttributeValueMemberS{Value: randHex(16) + " 1 10000 300 ghost "}}}},
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	nch := make(chan acquired, 1)
-	go func() { l, err := next.Acquire(ctx, n, opts); nch <- acquired{l, err, time.Now()} }()
-	awaitQueueLen(t, api, table, n, 3)
-	if err := la.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got := <-bch
-	if got.err != nil {
-		t.Fatal(got.err)
-	}
+	lb, chs := handOffLine(t, api, table, n, opts, a, b, waiterOf{inject: ghost}, waiterOf{c: next, ctx: ctx})
+	nch := chs[1]
 	released := time.Now()
-	if err := got.l.Release(ctx); err != nil { // hands off to the ghost
+	if err := lb.Release(ctx); err != nil { // hands off to the ghost
 		t.Fatal(err)
 	}
 	if info, err := a.Inspect(ctx, n); err != nil || !info.Held {
@@ -525,8 +519,8 @@ func TestHandOffToDeadWaiter(t *testing.T) {
 		if took < lease {
 			t.Errorf("the next waiter took the lock %v after it was handed to the dead waiter, before its %v lease", took, lease)
 		}
-		if g.l.Fence() != got.l.Fence()+2 {
-			t.Errorf("fence %d, want %d", g.l.Fence(), got.l.Fence()+2)
+		if g.l.Fence() != lb.Fence()+2 {
+			t.Errorf("fence %d, want %d", g.l.Fence(), lb.Fence()+2)
 		}
 		_ = g.l.Release(ctx)
 	case <-time.After(lease + 3*time.Second):
