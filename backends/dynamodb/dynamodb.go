@@ -99,12 +99,13 @@ type Config struct {
 	Owner string
 	// PollInterval is the longest wait between two reads of a blocked
 	// Acquire. Waiters read sooner while the lock changes hands or they
-	// move up in its queue (a quarter of the time since, from 5ms, times
-	// their place in line), jittered down to half; a released lock is
-	// taken by the first in line within one such wait plus a read and a
-	// write, an expired one (its version unchanged for its lease duration)
-	// at the first read after. Default: the held item's lease duration /
-	// 20, between 10ms and 200ms.
+	// move up in its queue (a quarter of the time since, from 3ms, times
+	// their place in line from the third on), jittered down to half; a
+	// lock handed to the first in line is seen by it within one such wait
+	// plus a read, a released one taken within one such wait plus a read
+	// and a write, an expired one (its version unchanged for its lease
+	// duration) at the first read after. Default: the held item's lease
+	// duration / 20, between 10ms and 200ms.
 	PollInterval time.Duration
 	// MixedFleet declares that clients other than fencelock (the AWS Lock
 	// Client with its defaults) use the table: they replace or delete items,

@@ -257,14 +257,12 @@ type waiter struct {
 	b     *backend
 	req   driver.AcquireRequest
 	lapse time.Duration
-	n     int           // refreshes written
-	entry string        // our entry as last written or read, "" if not in the queue
-	pos   int           // its index in the queue last read, -1 if not in it
-	maybe bool          // an enqueue was sent and the lock not granted: leave on exit
-	fresh time.Time     // when the last enqueue or refresh that was applied was sent
-	miss  time.Time     // when the last request whose reply showed the lock not ours was sent
-	moved time.Time     // when we last saw ourselves move up in line (or join it)
-	gap   time.Duration // how long one place in line took, on average (0: not known yet)
+	n     int       // refreshes written
+	entry string    // our entry as last written or read, "" if not in the queue
+	pos   int       // its index in the queue last read, -1 if not in it
+	maybe bool      // an enqueue was sent and the lock not granted: leave on exit
+	fresh time.Time // when the last enqueue or refresh that was applied was sent
+	miss  time.Time // when the last request whose reply showed the lock not ours was sent
 }
 
 // Acquire implements driver.Blocker: a blocked Acquire joins the lock's
