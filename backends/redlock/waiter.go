@@ -5,8 +5,8 @@ package redlock
 // A blocked Acquire is woken by the release notices (Capabilities.Wait is
 // WaitNotify). The Client keeps one pub/sub connection per primary, shared
 // by all its waiters, subscribed to the channels of the locks they wait
-// for (a lock's channel stays subscribed for 25–75 ms after its last waiter
-// leaves; the Client's own channel on the lead, below, for 2 s). A
+// for (a lock's channel while they wait, or 200 ms more while the lead is
+// slow; the Client's own channel on the lead, below, 2 s more). A
 // waiter subscribes on every primary and waits until a majority confirm;
 // then, unless a majority of those subscriptions were already confirmed
 // when its failed attempt began and have carried no notice since, it
@@ -56,8 +56,8 @@ package redlock
 // or the place ahead frees. The others sleep through the release, and
 // their Clients receive nothing: the lock's channel is subscribed only
 // while some waiter waits on every primary (after a refusal that was not
-// the lead's, or while its own channel is not yet confirmed), and for
-// 25–75 ms after. The named waiter retries with a named attempt: every
+// the lead's, or while its own channel is not yet confirmed), and no
+// longer. The named waiter retries with a named attempt: every
 // primary at once, the lead's queue consulted and its verdict awaited
 // (as an ordered attempt waits for it), its refusal ending the attempt; so the
 // hand-off takes one round trip after the notice and passes nobody.
@@ -162,8 +162,9 @@ func (b *backend) wait(ctx context.Context, name, id string, leadOnly bool, kick
 		return err
 	}
 	defer b.nodes[lead].hub.leave(own)
+	keep := b.leadSlow.Load()
 	for _, nd := range b.nodes {
-		w := &waiter{channel: k.channel, id: id, wake: wake, pong: pongs}
+		w := &waiter{channel: k.channel, id: id, keep: keep, wake: wake, pong: pongs}
 		if err := nd.hub.register(w); err != nil {
 			return err
 		}
@@ -402,7 +403,7 @@ type chanState struct {
 	msgs      uint64            // untargeted notices and connection breaks
 	named     map[string]uint64 // waiter id → notices naming it (at most maxNamed ids)
 	idleSince time.Time         // when its last waiter left; zero while it has waiters
-	linger    time.Duration     // how long it stays subscribed without waiters
+	linger    time.Duration     // how long it stays subscribed without waiters, if it does (see leave)
 }
 
 // maxNamed bounds chanState.named: when it is full it is cleared and
@@ -410,24 +411,25 @@ type chanState struct {
 const maxNamed = 256
 
 // linger is how long a Client's own channel (see waitLead) stays
-// subscribed on the lead without waiters; sharedLinger is how long a
-// lock's release channel does, and sweepEvery how often the hub looks
-// (so a channel goes between linger and linger + sweepEvery after its
-// last waiter left). The shared channel carries every release's notice
-// from every primary to every subscribed Client, so under contention a
-// subscription kept for nothing costs a message per grant and primary,
-// while a waiter that the lead refused waits on its own channel alone:
-// only the rare wait on every primary (its own channel not yet
-// confirmed, a refusal by another primary, a slow lead) subscribes it,
-// and a Client that waits on every primary again and again (a dead lead)
-// comes back within a round trip or two. With a 200 ms linger, the 8-way
+// subscribed on the lead without waiters; it carries only the notices
+// naming the Client's waiters. A lock's release channel carries every
+// release's notice from every primary to every subscribed Client, so
+// under contention a subscription kept for nothing costs a message per
+// grant and primary, while a waiter that the lead refused waits on its
+// own channel alone: only the rare wait on every primary subscribes it
+// (its own channel not yet confirmed, a refusal by another primary). It
+// is unsubscribed as soon as its last waiter leaves, unless the lead was
+// slow to answer (backend.leadSlow) when that waiter began: then every
+// wait is on every primary, and the channel stays for sharedLinger, so
+// that the next wait finds it confirmed and, if no notice came since its
+// attempt began, need not check the lock keys. The hub looks every
+// sweepEvery. With a 200 ms linger whatever the lead did, the 8-way
 // contended benchmark's Clients received about 5 notices per grant on the
-// shared channels; with 25 ms, about 0.5. The own channel carries only
-// the notices naming the Client's waiters.
+// lock's channels, with 25 ms about 1.4.
 const (
 	linger       = 2 * time.Second
-	sharedLinger = 25 * time.Millisecond
-	sweepEvery   = 50 * time.Millisecond
+	sharedLinger = 200 * time.Millisecond
+	sweepEvery   = 100 * time.Millisecond
 )
 
 // waiter is one Wait call's registration on one primary. wake and pong are
@@ -436,6 +438,7 @@ type waiter struct {
 	channel string
 	id      string // the waiter's id in the lead's queue: a notice naming another waiter does not wake it
 	own     bool   // channel is the Client's own (see keys.own)
+	keep    bool   // a lock's release channel lingers after this waiter leaves (see sharedLinger)
 	ping    string
 	pong    chan struct{} // one send when our PING's reply arrives (cap: number of primaries)
 	wake    chan struct{} // cap 1: a release was published
@@ -499,15 +502,21 @@ func (h *hub) state(channel, id string) chanSnap {
 }
 
 // leave removes w. A channel left without waiters stays subscribed for
-// linger (see sweep).
+// its linger (see sweep), unless it is a lock's release channel and w
+// does not keep it: then it is unsubscribed now.
 func (h *hub) leave(w *waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.pings, w.ping)
 	if cs := h.chans[w.channel]; cs != nil {
 		delete(cs.waiters, w)
-		if len(cs.waiters) == 0 {
+		switch {
+		case len(cs.waiters) > 0:
+		case w.own || w.keep:
 			cs.idleSince = time.Now()
+		default:
+			delete(h.chans, w.channel)
+			h.sub.Unsubscribe(w.channel)
 		}
 	}
 }
