@@ -66,7 +66,8 @@ package redlock
 // primaries about 20 script calls and 40 pub/sub messages per grant,
 // against about 11 calls (the release and the named attempt on each
 // primary, and the next Acquire joining the lead's queue) and one message
-// now.
+// then, and about 7 calls now that the release hands the lock off (the
+// release on the lead alone: see Hand-off in lease.go).
 //
 // A waiter the lead granted keeps the head of the queue (nobody passes it
 // if its attempt then fails elsewhere: the abandon keeps its place) until
@@ -260,15 +261,20 @@ func (b *backend) waitLead(ctx context.Context, k keys, id string, kick <-chan s
 }
 
 // namedSince reports whether the lead primary's notice named waiter id
-// since the snapshot before its last attempt on name.
-func (b *backend) namedSince(name, id string) bool {
+// since the snapshot before its last attempt on name, and the token of
+// the lease that notice handed off to it, if any (see Hand-off in
+// lease.go).
+func (b *backend) namedSince(name, id string) (named bool, gone string) {
 	snap := b.lastSnap(name)
 	if snap == nil {
-		return false
+		return false, ""
 	}
 	own := snap[len(b.nodes)]
 	cur := b.nodes[lead].hub.state(keysFor(name).own(b.waitID), id)
-	return cur.id == own.id && cur.named != own.named
+	if cur.id != own.id || cur.named == own.named {
+		return false, ""
+	}
+	return true, cur.gone
 }
 
 // checkKeys is the end of a wait whose subscriptions are new: it reads the
@@ -336,6 +342,7 @@ type chanSnap struct {
 	msgs      uint64 // untargeted notices received (and connection breaks) so far
 	named     uint64 // notices naming the waiter so far
 	confirmed bool   // the server confirmed the subscription
+	gone      string // the token the last notice naming the waiter handed off, if any
 }
 
 // noticedSince reports whether a notice for the waiter (an untargeted one,
@@ -402,6 +409,7 @@ type chanState struct {
 	confirmed bool
 	msgs      uint64            // untargeted notices and connection breaks
 	named     map[string]uint64 // waiter id → notices naming it (at most maxNamed ids)
+	gone      [2]string         // the last notice that handed a lease off: {waiter id, token}
 	idleSince time.Time         // when its last waiter left; zero while it has waiters
 	linger    time.Duration     // how long it stays subscribed without waiters, if it does (see leave)
 }
@@ -498,7 +506,11 @@ func (h *hub) state(channel, id string) chanSnap {
 	if cs == nil {
 		return chanSnap{}
 	}
-	return chanSnap{id: cs.id, msgs: cs.msgs, named: cs.named[id], confirmed: cs.confirmed}
+	s := chanSnap{id: cs.id, msgs: cs.msgs, named: cs.named[id], confirmed: cs.confirmed}
+	if cs.gone[0] == id {
+		s.gone = cs.gone[1]
+	}
+	return s
 }
 
 // leave removes w. A channel left without waiters stays subscribed for
@@ -541,13 +553,15 @@ func (h *hub) sweep() {
 func (h *hub) message(ch, payload string) {
 	if payload != h.self {
 		_, head, _ := strings.Cut(payload, "\n")
-		h.wakeChannel(ch, head)
+		head, gone, _ := strings.Cut(head, "\n")
+		h.wakeChannel(ch, head, gone)
 	}
 }
 
 // wakeChannel wakes the waiters on ch: every one, or (head not empty)
-// those with id head.
-func (h *hub) wakeChannel(ch, head string) {
+// those with id head, to whom the notice handed the lease of token gone
+// if not "".
+func (h *hub) wakeChannel(ch, head, gone string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cs := h.chans[ch]
@@ -564,6 +578,9 @@ func (h *hub) wakeChannel(ch, head string) {
 		cs.named = map[string]uint64{head: 1}
 	default:
 		cs.named[head]++
+	}
+	if head != "" {
+		cs.gone = [2]string{head, gone}
 	}
 	for w := range cs.waiters {
 		if head != "" && w.id != head {
