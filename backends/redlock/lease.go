@@ -194,7 +194,7 @@ func (l *lease) releaseLeadFirst(ctx context.Context, deadline time.Time, idx []
 	case <-wait.C:
 		l.b.leadSlow.Store(true)
 	case <-ctx.Done():
-		return nil, false, ctxErr(ctx, "release", "waiting for the lead primary")
+		err = ctxErr(ctx, "release", "waiting for the lead primary")
 	}
 	rest := make([]int, 0, len(idx))
 	for _, i := range idx {
@@ -202,8 +202,10 @@ func (l *lease) releaseLeadFirst(ctx context.Context, deadline time.Time, idx []
 			rest = append(rest, i)
 		}
 	}
+	// Also when ctx ended: the lead may have released without handing
+	// off, and the other primaries' keys must not wait for their TTL.
 	l.b.fanInto(ch, deadline, rest, l.releaseOn)
-	return ch, false, nil
+	return ch, false, err
 }
 
 // releaseUncertain releases, in the background, our token on the
