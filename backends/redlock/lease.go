@@ -181,7 +181,7 @@ func (l *lease) release(ctx context.Context, i int, handOff bool) (int64, int64,
 func (l *lease) releaseLeadFirst(ctx context.Context, deadline time.Time, idx []int) (replies <-chan reply, handedOff bool, err error) {
 	ch := make(chan reply, len(idx))
 	l.b.fanInto(ch, deadline, []int{lead}, l.handOffOn)
-	wait := time.NewTimer(min(leadWait, deadline.Sub(time.Now())))
+	wait := time.NewTimer(min(leadWait, time.Until(deadline)))
 	defer wait.Stop()
 	select {
 	case r := <-ch:

@@ -47,10 +47,14 @@ package redlock
 // A release wakes only the next waiter. The lead's release names the
 // first live waiter in its queue (release.lua): on the lock's channel,
 // and on that waiter's Client's own channel on the lead (keys.own; a
-// waiter id is its Client's id, a dot and a number). A waiter whose last
-// attempt the lead refused, for the lock held there or for earlier
-// waiters queued there, waits on its Client's own channel alone
-// (waitLead): it wakes for a notice naming it, an untargeted one, its
+// waiter id is its Client's id, a dot and a number). A contended lease's
+// release that hands the lock to that waiter (see Hand-off in lease.go)
+// publishes on the lead alone; a waiter that misses the notice finds the
+// lock at its next attempt (within leadPoll after a refusal by the lead,
+// else its backoff; its own channel, confirmed, rarely misses it). A
+// waiter whose last attempt the lead refused, for the lock held there
+// or for earlier waiters queued there, waits on its Client's own channel
+// alone (waitLead): it wakes for a notice naming it, an untargeted one, its
 // Client's kick (see handOff), or after leadPoll (40–50 ms, a safety net
 // whatever Options.Backoff is), earlier if the refusal said when the lock
 // or the place ahead frees. The others sleep through the release, and
