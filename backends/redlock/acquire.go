@@ -163,7 +163,7 @@ func (a *acquisition) call(ctx context.Context, i int) (int64, int64, error) {
 	if i == lead && a.waiter != "" {
 		ks, as = a.leadKeys, a.leadArgs
 	}
-	res, gone, err := acquireReply(acquireScript.Run(ctx, a.b.nodes[i].c, ks, as...))
+	res, gone, err := acquireReply(acquireScript.Run(ctx, a.b.nodes[i].c, ks, as...), len(ks) == len(a.leadKeys))
 	if err == nil && len(res) == 3 {
 		a.behindFor.Store(res[2])
 	}
@@ -191,28 +191,37 @@ func (a *acquisition) call(ctx context.Context, i int) (int64, int64, error) {
 }
 
 // acquireReply parses the acquire script's reply: {granted, value}, or
-// {0, -4, ms} (res), or {1, counter, gone token} from the lead (gone).
-func acquireReply(cmd *goredis.Cmd) (res []int64, gone string, err error) {
-	vs, err := cmd.Slice()
-	if err != nil {
-		return nil, "", err
-	}
-	for j, v := range vs {
-		switch v := v.(type) {
-		case int64:
-			res = append(res, v)
-		case string:
-			if j == 2 {
-				gone = v
-				continue
+// {0, -4, ms} (res), or, from the lead with the queue (queued), {1,
+// counter, gone token} (gone; see Hand-off in lease.go).
+func acquireReply(cmd *goredis.Cmd, queued bool) (res []int64, gone string, err error) {
+	if !queued {
+		res, err = cmd.Int64Slice()
+	} else {
+		var vs []any
+		if vs, err = cmd.Slice(); err == nil {
+			for j, v := range vs {
+				switch v := v.(type) {
+				case int64:
+					res = append(res, v)
+				case string:
+					if j == 2 && len(res) == 2 && res[0] == 1 {
+						gone = v
+						continue
+					}
+					err = fmt.Errorf("acquire script returned %v, want {granted, value}", vs)
+				default:
+					err = fmt.Errorf("acquire script returned %v, want {granted, value}", vs)
+				}
 			}
-			return nil, "", fmt.Errorf("acquire script returned %v, want {granted, value}", vs)
 		}
 	}
-	if len(vs) != 2 && (len(vs) != 3 || (res[1] != -4 && (res[0] != 1 || len(res) != 2))) {
-		return nil, "", fmt.Errorf("acquire script returned %v, want {granted, value}", vs)
+	switch {
+	case err != nil:
+		return nil, "", err
+	case len(res) == 2, len(res) == 3 && res[1] == -4:
+		return res, gone, nil
 	}
-	return res, gone, nil
+	return nil, "", fmt.Errorf("acquire script returned %v, want {granted, value}", res)
 }
 
 // ask sends the acquire request: to every primary at once, or, for an
