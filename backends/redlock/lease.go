@@ -154,11 +154,12 @@ func (l *lease) release(ctx context.Context, i int, handOff bool) (int64, int64,
 // if it were free (it learns the token from the notice, or, in an ordered
 // attempt, from the lead's grant). Only the primaries that confirmed our
 // grant are left to it: where our acquire's reply never came, the
-// release still releases and voids our token (in the background), so that
-// a late request of ours cannot take a key nobody will take over. That saves the release's calls to the
-// other primaries: under 8-way contention on five primaries, 7 script
-// calls per grant instead of 11. Our token is never used again, so taking
-// over its keys deletes no other holder's lock; and the fence proof (atop
+// release still releases and voids our token (in the background), so
+// that a late request of ours cannot take a key nobody will take over.
+// That saves the release's calls to the other primaries: under 8-way
+// contention on five primaries, 7 script calls per grant instead of 11.
+// Our token is never used again, so taking over its keys deletes no
+// other holder's lock; and the fence proof (atop
 // redlock.go) holds as before, since the waiter's script reads each
 // primary's counter, which our grant had raised, in the step that takes
 // the key over. If the waiter never comes (its Client died, or gave up
@@ -174,9 +175,9 @@ func (l *lease) release(ctx context.Context, i int, handOff bool) (int64, int64,
 // release while the lead is slow (backend.leadSlow); a lead that has not
 // answered within leadWait is not waited for either.
 
-// releaseLeadFirst asks the lead primary to release and hand the lock to the next
-// waiter (see Hand-off). handedOff: it did, and the release is done.
-// Otherwise replies receives the replies of every primary in idx,
+// releaseLeadFirst asks the lead primary to release and hand the lock to
+// the next waiter (see Hand-off). handedOff: it did, and the release is
+// done. Otherwise replies receives the replies of every primary in idx,
 // the lead's included, as Release counts them.
 func (l *lease) releaseLeadFirst(ctx context.Context, deadline time.Time, idx []int) (replies <-chan reply, handedOff bool, err error) {
 	ch := make(chan reply, len(idx))
@@ -232,9 +233,11 @@ func (l *lease) releaseUncertain(deadline time.Time) {
 }
 
 // Release deletes the lock key on every primary where it holds our token
-// and publishes a release notice there. It returns nil once a majority
-// released, ErrLeaseLost when so many did not hold the token that the lock
-// was no longer ours, and ErrUnavailable when too few answered to tell.
+// and publishes a release notice there, or, for a contended lease, hands
+// the lock to the lead's next waiter (see Hand-off). It returns nil once
+// a majority released or the lead handed off, ErrLeaseLost when so many
+// did not hold the token that the lock was no longer ours, and
+// ErrUnavailable when too few answered to tell.
 // Primaries that answer after the decision are released in the background.
 func (l *lease) Release(ctx context.Context) error {
 	if l.epoch != l.b.epoch.Load() {
