@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/redisx"
 )
@@ -37,7 +39,12 @@ import (
 // majority decision), settleFence (the fence, written back where it must
 // be) and checkValidity. A step that fails returns why; try then rolls
 // the attempt back (abandon) and returns that.
-func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter string, mode attemptMode) (_ *lease, start time.Time, err error) {
+//
+// gone is the token of a lease whose release handed the lock to this
+// waiter (from the lead's notice naming it; see Hand-off in lease.go), or
+// "": the other primaries' keys holding it are taken over as free. An
+// ordered attempt learns it from the lead's grant.
+func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter string, mode attemptMode, gone string) (_ *lease, start time.Time, err error) {
 	if !utf8.ValidString(req.Name) {
 		return nil, start, fmt.Errorf("%w: lock key %q is not valid UTF-8 (check Options.Prefix): redlock keeps its companion keys among the invalid-UTF-8 keys", driver.ErrInvalid, req.Name)
 	}
@@ -46,7 +53,7 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter str
 		return nil, start, fmt.Errorf("%w: another acquire attempt on this lock from the same Client is in flight", driver.ErrNotAcquired)
 	}
 	defer func() { b.exit(req.Name, g, err == nil) }()
-	a := b.newAcquisition(req, waiter, mode)
+	a := b.newAcquisition(req, waiter, mode, gone)
 	fence, err := a.run(ctx)
 	if err != nil {
 		// abandon returns the lead's refusal of an ordered attempt as it
@@ -54,7 +61,7 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, waiter str
 		// primary may hold the token.
 		return nil, a.start, b.abandon(req, waiter, a.k, a.at, err)
 	}
-	return &lease{b: b, k: a.k, token: req.Token, fence: uint64(fence), at: a.at, epoch: b.epoch.Load(), waiter: waiter}, a.start, nil
+	return &lease{b: b, k: a.k, token: req.Token, fence: uint64(fence), at: a.at, epoch: b.epoch.Load(), waiter: waiter, handsOff: mode != plain, gone: a.goneArg()}, a.start, nil
 }
 
 // acquisition is one acquire attempt (see try): what it asks the
@@ -78,9 +85,10 @@ type acquisition struct {
 	// blocked Acquire asks (waiter set), with the queue's keys and
 	// arguments too (see acquire.lua).
 	lockKeys, leadKeys []string
-	args, leadArgs     []any
+	args, leadArgs     []any // args: set before the calls to the other primaries (see askLeadFirst)
 
 	replies   chan reply   // every primary's reply to the acquire request
+	leadGone  string       // the lead's grant named a handed-off token (set by the lead's call, read after its reply)
 	behindFor atomic.Int64 // the lead's refusal {0, -4, ms}: ms until the place ahead ends
 
 	// The tally of the replies read so far.
@@ -92,7 +100,7 @@ type acquisition struct {
 	errs         []error
 }
 
-func (b *backend) newAcquisition(req driver.AcquireRequest, waiter string, mode attemptMode) *acquisition {
+func (b *backend) newAcquisition(req driver.AcquireRequest, waiter string, mode attemptMode, gone string) *acquisition {
 	start := time.Now()
 	validity := req.TTL - drift(req.TTL)
 	n := len(b.nodes)
@@ -104,15 +112,33 @@ func (b *backend) newAcquisition(req driver.AcquireRequest, waiter string, mode 
 		replies: make(chan reply, n),
 		pttl:    -2,
 	}
-	a.args = []any{req.Token, millis(req.TTL), labelValue(0, req.Label)}
+	a.setGone(gone)
 	a.lockKeys = []string{k.lock, k.fence, k.void(req.Token)}
-	a.leadKeys = append(slices.Clip(a.lockKeys), k.queue, k.queueDL)
+	a.leadKeys = append(slices.Clip(a.lockKeys), k.queue, k.queueDL, k.gone)
 	queueMode := "1"
 	if a.mode == plain {
 		queueMode = "0"
 	}
 	a.leadArgs = []any{req.Token, millis(req.TTL), waiter, queueKeep.Milliseconds(), queueMode, labelValue(0, req.Label)}
 	return a
+}
+
+// setGone sets the arguments of the acquire script on the primaries
+// other than the lead, with gone, the token of a lease handed off to this
+// waiter, if not "" (see try).
+func (a *acquisition) setGone(gone string) {
+	a.args = []any{a.req.Token, millis(a.req.TTL), labelValue(0, a.req.Label)}
+	if gone != "" {
+		a.args = append(a.args, gone)
+	}
+}
+
+// goneArg is the token the calls to the other primaries took over, or "".
+func (a *acquisition) goneArg() string {
+	if len(a.args) == 4 {
+		return a.args[3].(string)
+	}
+	return ""
 }
 
 // run takes the attempt through its steps and returns the fence granted,
@@ -137,12 +163,12 @@ func (a *acquisition) call(ctx context.Context, i int) (int64, int64, error) {
 	if i == lead && a.waiter != "" {
 		ks, as = a.leadKeys, a.leadArgs
 	}
-	res, err := acquireScript.Run(ctx, a.b.nodes[i].c, ks, as...).Int64Slice()
-	if err == nil && len(res) != 2 && (len(res) != 3 || res[1] != -4) {
-		err = fmt.Errorf("acquire script returned %v, want {granted, value}", res)
-	}
+	res, gone, err := acquireReply(acquireScript.Run(ctx, a.b.nodes[i].c, ks, as...), len(ks) == len(a.leadKeys))
 	if err == nil && len(res) == 3 {
 		a.behindFor.Store(res[2])
+	}
+	if gone != "" {
+		a.leadGone = gone
 	}
 	if i == lead {
 		a.b.leadSlow.Store(err != nil && !redisx.IsReply(err))
@@ -162,6 +188,40 @@ func (a *acquisition) call(ctx context.Context, i int) (int64, int64, error) {
 		a.at.states[i].Store(stateUnknown)
 	}
 	return 0, 0, err
+}
+
+// acquireReply parses the acquire script's reply: {granted, value}, or
+// {0, -4, ms} (res), or, from the lead with the queue (queued), {1,
+// counter, gone token} (gone; see Hand-off in lease.go).
+func acquireReply(cmd *goredis.Cmd, queued bool) (res []int64, gone string, err error) {
+	if !queued {
+		res, err = cmd.Int64Slice()
+	} else {
+		var vs []any
+		if vs, err = cmd.Slice(); err == nil {
+			for j, v := range vs {
+				switch v := v.(type) {
+				case int64:
+					res = append(res, v)
+				case string:
+					if j == 2 && len(res) == 2 && res[0] == 1 {
+						gone = v
+						continue
+					}
+					err = fmt.Errorf("acquire script returned %v, want {granted, value}", vs)
+				default:
+					err = fmt.Errorf("acquire script returned %v, want {granted, value}", vs)
+				}
+			}
+		}
+	}
+	switch {
+	case err != nil:
+		return nil, "", err
+	case len(res) == 2, len(res) == 3 && res[1] == -4:
+		return res, gone, nil
+	}
+	return nil, "", fmt.Errorf("acquire script returned %v, want {granted, value}", res)
 }
 
 // ask sends the acquire request: to every primary at once, or, for an
@@ -197,6 +257,9 @@ func (a *acquisition) askLeadFirst(ctx context.Context) error {
 		wait.Stop()
 		if r.err == nil && r.a == 0 {
 			return a.leadRefused(r)
+		}
+		if r.err == nil && a.leadGone != "" && len(a.args) == 3 {
+			a.setGone(a.leadGone) // the lead's grant: take over the handed-off lease's keys
 		}
 		a.replies <- r // granted, or failed: counted with the others' replies
 	case <-wait.C: // the lead is slow: ask the others without waiting for it

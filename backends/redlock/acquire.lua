@@ -24,7 +24,13 @@
 -- here expires (its deadline is the grant plus the smaller of ARGV[4] and
 -- the TTL): a holder that stopped renewing (a stall, a crash) holds up
 -- the queue no longer than its lock.
--- The last ARGV (ARGV[3] in a plain attempt, ARGV[6] with the queue), if
+-- With KEYS[6] (on the lead, with the queue): the key that keeps the token
+-- of the last lease handed off by its release (release.lua); a grant
+-- returns its value as a third element ('' if none), for the attempt's
+-- calls to the other primaries. Without the queue, ARGV[4], if given and
+-- not '', is such a token: the lock key holding it is taken over as if
+-- free (its holder released it and handed the lock on).
+-- The label (ARGV[3] without the queue, ARGV[6] with it), if
 -- given, is the lease's label as '<version> <label>' (version 0 at the
 -- grant; see label.lua): a grant stores it in KEYS[1]..'\255:label:'..
 -- token, expiring with the lock (the lock key keeps the bare token).
@@ -44,7 +50,7 @@ local function enqueue(now)
   redis.call('PEXPIRE', KEYS[4], ARGV[4])
   redis.call('PEXPIRE', KEYS[5], ARGV[4])
 end
-local queued = #KEYS == 5
+local queued = #KEYS >= 5
 local now = 0
 if queued then
   local t = redis.call('TIME')
@@ -76,7 +82,10 @@ if v[1] == ARGV[1] then
   -- Granted to this very token by an earlier run whose reply was lost.
   return {1, stored}
 end
-if v[1] or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local gone = not queued and ARGV[4] and ARGV[4] ~= '' and v[1] == ARGV[4]
+if gone then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+elseif v[1] or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if queued then
     enqueue(now)
   end
@@ -108,12 +117,15 @@ if c <= stored then
 end
 redis.call('SET', KEYS[2], string.format('%d', c))
 local label = nil
-if #ARGV == 3 then
-  label = ARGV[3]
-elseif #ARGV == 6 then
+if queued then
   label = ARGV[6]
+else
+  label = ARGV[3]
 end
 if label and label ~= '' then
   redis.call('SET', KEYS[1] .. '\255:label:' .. ARGV[1], label, 'PX', ARGV[2])
+end
+if #KEYS == 6 then
+  return {1, c, redis.call('GET', KEYS[6]) or ''}
 end
 return {1, c}

@@ -48,6 +48,7 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	timedOut := false // the last wait ended by its backoff, without a notice
 	wasNamed := false // the last wait ended with the lead's notice naming t.Val.id: the next attempt is named
+	gone := ""        // the token of the lease handed off to t.Val.id, from that notice (see Hand-off in lease.go)
 	leadHeld := false // the last attempt was refused by the lead, first in its queue, for the lock held there
 	queued := false   // the lead may queue t.Val.id
 	defer func() {
@@ -75,7 +76,10 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		case (attempt > 0 || b.rivalsOn(req.Name)) && !(timedOut && leadHeld):
 			mode = ordered
 		}
-		l, sent, err := b.try(ctx, req, t.Val.id, mode)
+		if mode != named {
+			gone = ""
+		}
+		l, sent, err := b.try(ctx, req, t.Val.id, mode, gone)
 		queued = true
 		if err == nil {
 			queued = false // the release takes t.Val.id out of the lead's queue
@@ -100,7 +104,10 @@ func (b *backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return nil, time.Time{}, errClosed
 		}
 		timedOut = werr != nil && wctx.Err() != nil
-		wasNamed = werr == nil && b.namedSince(req.Name, t.Val.id)
+		wasNamed, gone = false, ""
+		if werr == nil {
+			wasNamed, gone = b.namedSince(req.Name, t.Val.id)
+		}
 	}
 }
 

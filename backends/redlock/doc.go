@@ -66,9 +66,15 @@
 // the lock key, the byte 0xFF and a suffix: ":fence" (no TTL, never
 // deleted), ":label:<token>" while held, ":void:<token>" (5 minutes, after
 // an abandoned attempt), and on the lead primary ":queue" and
-// ":queue:deadlines" while Acquires wait; Release PUBLISHes on
-// ":released", and on the lead also on ":released:<id>" of the Client
-// whose waiter is next in the queue. A redis-cli user sees these keys.
+// ":queue:deadlines" while Acquires wait, and ":gone" (the token of the
+// last lease released to a waiter, expiring with its key); Release
+// PUBLISHes on ":released", and on the lead also on ":released:<id>" of
+// the Client whose waiter is next in the queue. Under contention a
+// Release hands the lock to that waiter: it deletes the key on the lead
+// only, and the waiter's acquire replaces the released token's keys on
+// the other primaries, so a redsync Mutex may see the name held by the
+// released token for about a round trip. A redis-cli user sees these
+// keys.
 //
 // # Inspect
 //

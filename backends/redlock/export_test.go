@@ -51,7 +51,7 @@ func TryNamed(ctx context.Context, c *fencelock.Client, name, waiter string, ttl
 		panic("not a redlock client")
 	}
 	b := a.(*backend)
-	l, _, err := b.try(ctx, driver.AcquireRequest{Name: name, Token: driver.NewToken(), TTL: ttl}, waiter, named)
+	l, _, err := b.try(ctx, driver.AcquireRequest{Name: name, Token: driver.NewToken(), TTL: ttl}, waiter, named, "")
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,9 @@ package redlock
 //     arrival order (0: the waiter the lead granted), and K
 //     "\xff:queue:deadlines", a hash of each waiter's deadline (server
 //     ms); both expire 500 ms after the last waiter's last attempt (see
-//     Waiting, atop waiter.go).
+//     Waiting, atop waiter.go); and K "\xff:gone", the token of the last
+//     lease whose release handed the lock to the next waiter (see
+//     Hand-off in lease.go), expiring with that lease's key.
 //
 // 0xFF never occurs in UTF-8, and lock keys must be valid UTF-8, so no
 // lock key can be another lock's fence, void key or channel.
@@ -44,6 +46,7 @@ type keys struct {
 	channel string // the pub/sub channel Release publishes to
 	queue   string // on the lead primary: blocked Acquires in arrival order (sorted set)
 	queueDL string // on the lead primary: each queued Acquire's deadline (hash)
+	gone    string // on the lead primary: the token of the last lease its release handed off
 }
 
 // void is the key that marks an abandoned acquire attempt's token.
@@ -58,5 +61,5 @@ func (k keys) own(client string) string { return k.channel + ":" + client }
 func (k keys) label(token string) string { return k.lock + sep + "label:" + token }
 
 func keysFor(lock string) keys {
-	return keys{lock: lock, fence: lock + sep + "fence", channel: lock + sep + "released", queue: lock + sep + "queue", queueDL: lock + sep + "queue:deadlines"}
+	return keys{lock: lock, fence: lock + sep + "fence", channel: lock + sep + "released", queue: lock + sep + "queue", queueDL: lock + sep + "queue:deadlines", gone: lock + sep + "gone"}
 }

@@ -45,7 +45,11 @@ package redlock
 //     the lease's local deadline, the lease ends there (ErrLeaseLost).
 //   - Release: delete K where it holds our token and PUBLISH a notice there
 //     (compare-and-delete); nil once Q released, ErrLeaseLost once N−Q+1 did
-//     not hold our token. Another holder's lock is never touched.
+//     not hold our token. Another holder's lock is never touched. A
+//     contended lease's release asks the lead first and, when a waiter is
+//     queued there, hands the lock to it: the waiter's acquire takes over
+//     the keys holding the released token on the other primaries (see
+//     Hand-off in lease.go).
 //
 // One Client makes at most one acquire attempt at a time per lock (a
 // concurrent TryAcquire gets ErrNotAcquired at once): two attempts from
@@ -155,12 +159,15 @@ var (
 	extendLua string
 	//go:embed raise.lua
 	raiseLua string
+	//go:embed drop.lua
+	dropLua string
 
 	acquireScript   = goredis.NewScript(acquireLua)
 	writebackScript = goredis.NewScript(writebackLua)
 	releaseScript   = goredis.NewScript(releaseLua)
 	extendScript    = goredis.NewScript(extendLua)
 	raiseScript     = goredis.NewScript(raiseLua)
+	dropScript      = goredis.NewScript(dropLua)
 )
 
 // minTTL is the shortest lease TTL the backend accepts. An acquire needs a
@@ -370,7 +377,7 @@ func drift(ttl time.Duration) time.Duration {
 // releases and voids its token on every primary that granted or did not
 // answer before it returns (see abandon).
 func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Lease, error) {
-	l, _, err := b.try(ctx, req, "", plain)
+	l, _, err := b.try(ctx, req, "", plain, "")
 	return l, err
 }
 

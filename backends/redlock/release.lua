@@ -17,11 +17,18 @@
 -- appends a newline and the id of the first live waiter in the queue, if
 -- any: the one waiter to wake. That notice also goes to the waiter's
 -- Client's own channel, ARGV[2] .. ':' .. the id up to its first dot.
+-- With KEYS[5] as well (a hand-off release on the lead: see Hand-off in
+-- lease.go), when a live waiter is named, the lock is handed to it: the
+-- lock key goes here, KEYS[5] keeps our token (expiring with our key) for
+-- the waiter's attempts, which take over our keys on the other primaries
+-- (acquire.lua), the notice names our token after the waiter's id, and the
+-- script returns 2; the caller then leaves the other primaries to the
+-- waiter.
 -- Returns 1 when released, 0 when the lock did not hold our token.
 if ARGV[3] ~= '0' then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
 end
-if #KEYS == 4 and ARGV[6] then
+if #KEYS >= 4 and ARGV[6] then
   if redis.call('ZSCORE', KEYS[3], ARGV[5]) then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -29,16 +36,21 @@ if #KEYS == 4 and ARGV[6] then
     redis.call('PEXPIRE', KEYS[3], ARGV[6])
     redis.call('PEXPIRE', KEYS[4], ARGV[6])
   end
-elseif #KEYS == 4 then
+elseif #KEYS >= 4 then
   redis.call('ZREM', KEYS[3], ARGV[5])
   redis.call('HDEL', KEYS[4], ARGV[5])
 end
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
+local gone = 0
+if #KEYS == 5 then
+  gone = redis.call('PTTL', KEYS[1])
+end
 redis.call('DEL', KEYS[1])
 local msg = ARGV[4]
-if #KEYS == 4 and not ARGV[6] then
+local ret = 1
+if #KEYS >= 4 and not ARGV[6] then
   -- Name the first live waiter in the queue (dropping those past their
   -- deadline, as acquire.lua does): only it can be granted next, so the
   -- others need not wake (see Waiting, atop waiter.go).
@@ -51,6 +63,11 @@ if #KEYS == 4 and not ARGV[6] then
     end
     if tonumber(redis.call('HGET', KEYS[4], head) or '0') >= now then
       msg = msg .. '\n' .. head
+      if #KEYS == 5 then
+        redis.call('SET', KEYS[5], ARGV[1], 'PX', math.max(gone, 1))
+        msg = msg .. '\n' .. ARGV[1]
+        ret = 2
+      end
       local dot = string.find(head, '.', 1, true)
       if dot then
         redis.call('PUBLISH', ARGV[2] .. ':' .. string.sub(head, 1, dot - 1), msg)
@@ -62,4 +79,4 @@ if #KEYS == 4 and not ARGV[6] then
   end
 end
 redis.call('PUBLISH', ARGV[2], msg)
-return 1
+return ret

@@ -5,8 +5,8 @@ package redlock
 // A blocked Acquire is woken by the release notices (Capabilities.Wait is
 // WaitNotify). The Client keeps one pub/sub connection per primary, shared
 // by all its waiters, subscribed to the channels of the locks they wait
-// for (a lock's channel stays subscribed for 200 ms after its last waiter
-// leaves; the Client's own channel on the lead, below, for 2 s). A
+// for (a lock's channel while they wait, or 200 ms more while the lead is
+// slow; the Client's own channel on the lead, below, 2 s more). A
 // waiter subscribes on every primary and waits until a majority confirm;
 // then, unless a majority of those subscriptions were already confirmed
 // when its failed attempt began and have carried no notice since, it
@@ -47,17 +47,21 @@ package redlock
 // A release wakes only the next waiter. The lead's release names the
 // first live waiter in its queue (release.lua): on the lock's channel,
 // and on that waiter's Client's own channel on the lead (keys.own; a
-// waiter id is its Client's id, a dot and a number). A waiter whose last
-// attempt the lead refused, for the lock held there or for earlier
-// waiters queued there, waits on its Client's own channel alone
-// (waitLead): it wakes for a notice naming it, an untargeted one, its
+// waiter id is its Client's id, a dot and a number). A contended lease's
+// release that hands the lock to that waiter (see Hand-off in lease.go)
+// publishes on the lead alone; a waiter that misses the notice finds the
+// lock at its next attempt (within leadPoll after a refusal by the lead,
+// else its backoff; its own channel, confirmed, rarely misses it). A
+// waiter whose last attempt the lead refused, for the lock held there
+// or for earlier waiters queued there, waits on its Client's own channel
+// alone (waitLead): it wakes for a notice naming it, an untargeted one, its
 // Client's kick (see handOff), or after leadPoll (40–50 ms, a safety net
 // whatever Options.Backoff is), earlier if the refusal said when the lock
 // or the place ahead frees. The others sleep through the release, and
 // their Clients receive nothing: the lock's channel is subscribed only
 // while some waiter waits on every primary (after a refusal that was not
-// the lead's, or while its own channel is not yet confirmed), and for
-// 200 ms after. The named waiter retries with a named attempt: every
+// the lead's, or while its own channel is not yet confirmed), and no
+// longer. The named waiter retries with a named attempt: every
 // primary at once, the lead's queue consulted and its verdict awaited
 // (as an ordered attempt waits for it), its refusal ending the attempt; so the
 // hand-off takes one round trip after the notice and passes nobody.
@@ -66,7 +70,8 @@ package redlock
 // primaries about 20 script calls and 40 pub/sub messages per grant,
 // against about 11 calls (the release and the named attempt on each
 // primary, and the next Acquire joining the lead's queue) and one message
-// now.
+// then, and about 7 calls now that the release hands the lock off (the
+// release on the lead alone: see Hand-off in lease.go).
 //
 // A waiter the lead granted keeps the head of the queue (nobody passes it
 // if its attempt then fails elsewhere: the abandon keeps its place) until
@@ -162,8 +167,9 @@ func (b *backend) wait(ctx context.Context, name, id string, leadOnly bool, kick
 		return err
 	}
 	defer b.nodes[lead].hub.leave(own)
+	keep := b.leadSlow.Load()
 	for _, nd := range b.nodes {
-		w := &waiter{channel: k.channel, id: id, wake: wake, pong: pongs}
+		w := &waiter{channel: k.channel, id: id, keep: keep, wake: wake, pong: pongs}
 		if err := nd.hub.register(w); err != nil {
 			return err
 		}
@@ -259,15 +265,20 @@ func (b *backend) waitLead(ctx context.Context, k keys, id string, kick <-chan s
 }
 
 // namedSince reports whether the lead primary's notice named waiter id
-// since the snapshot before its last attempt on name.
-func (b *backend) namedSince(name, id string) bool {
+// since the snapshot before its last attempt on name, and the token of
+// the lease that notice handed off to it, if any (see Hand-off in
+// lease.go).
+func (b *backend) namedSince(name, id string) (named bool, gone string) {
 	snap := b.lastSnap(name)
 	if snap == nil {
-		return false
+		return false, ""
 	}
 	own := snap[len(b.nodes)]
 	cur := b.nodes[lead].hub.state(keysFor(name).own(b.waitID), id)
-	return cur.id == own.id && cur.named != own.named
+	if cur.id != own.id || cur.named == own.named {
+		return false, ""
+	}
+	return true, cur.gone
 }
 
 // checkKeys is the end of a wait whose subscriptions are new: it reads the
@@ -335,6 +346,7 @@ type chanSnap struct {
 	msgs      uint64 // untargeted notices received (and connection breaks) so far
 	named     uint64 // notices naming the waiter so far
 	confirmed bool   // the server confirmed the subscription
+	gone      string // the token the last notice naming the waiter handed off, if any
 }
 
 // noticedSince reports whether a notice for the waiter (an untargeted one,
@@ -401,8 +413,9 @@ type chanState struct {
 	confirmed bool
 	msgs      uint64            // untargeted notices and connection breaks
 	named     map[string]uint64 // waiter id → notices naming it (at most maxNamed ids)
+	gone      [2]string         // the last notice that handed a lease off: {waiter id, token}
 	idleSince time.Time         // when its last waiter left; zero while it has waiters
-	linger    time.Duration     // how long it stays subscribed without waiters
+	linger    time.Duration     // how long it stays subscribed without waiters, if it does (see leave)
 }
 
 // maxNamed bounds chanState.named: when it is full it is cleared and
@@ -410,15 +423,25 @@ type chanState struct {
 const maxNamed = 256
 
 // linger is how long a Client's own channel (see waitLead) stays
-// subscribed on the lead without waiters; sharedLinger is how long a
-// lock's release channel does. The shared channel carries every
+// subscribed on the lead without waiters; it carries only the notices
+// naming the Client's waiters. A lock's release channel carries every
 // release's notice from every primary to every subscribed Client, so
 // under contention a subscription kept for nothing costs a message per
-// grant and primary; the own channel carries only the notices naming the
-// Client's waiters.
+// grant and primary, while a waiter that the lead refused waits on its
+// own channel alone: only the rare wait on every primary subscribes it
+// (its own channel not yet confirmed, a refusal by another primary). It
+// is unsubscribed as soon as its last waiter leaves, unless the lead was
+// slow to answer (backend.leadSlow) when that waiter began: then every
+// wait is on every primary, and the channel stays for sharedLinger, so
+// that the next wait finds it confirmed and, if no notice came since its
+// attempt began, need not check the lock keys. The hub looks every
+// sweepEvery. With a 200 ms linger whatever the lead did, the 8-way
+// contended benchmark's Clients received about 5 notices per grant on the
+// lock's channels, with 25 ms about 1.4.
 const (
 	linger       = 2 * time.Second
 	sharedLinger = 200 * time.Millisecond
+	sweepEvery   = 100 * time.Millisecond
 )
 
 // waiter is one Wait call's registration on one primary. wake and pong are
@@ -427,6 +450,7 @@ type waiter struct {
 	channel string
 	id      string // the waiter's id in the lead's queue: a notice naming another waiter does not wake it
 	own     bool   // channel is the Client's own (see keys.own)
+	keep    bool   // a lock's release channel lingers after this waiter leaves (see sharedLinger)
 	ping    string
 	pong    chan struct{} // one send when our PING's reply arrives (cap: number of primaries)
 	wake    chan struct{} // cap 1: a release was published
@@ -450,7 +474,7 @@ func (h *hub) register(w *waiter) error {
 		return driver.ErrClosed
 	}
 	if h.sub == nil {
-		h.sub = redisx.NewSub(h.client, redisx.Handlers{Message: h.message, Pong: h.pong, Broken: h.broken, Tick: h.sweep, TickEvery: sharedLinger / 2})
+		h.sub = redisx.NewSub(h.client, redisx.Handlers{Message: h.message, Pong: h.pong, Broken: h.broken, Tick: h.sweep, TickEvery: sweepEvery})
 	}
 	cs := h.chans[w.channel]
 	if cs == nil {
@@ -486,19 +510,29 @@ func (h *hub) state(channel, id string) chanSnap {
 	if cs == nil {
 		return chanSnap{}
 	}
-	return chanSnap{id: cs.id, msgs: cs.msgs, named: cs.named[id], confirmed: cs.confirmed}
+	s := chanSnap{id: cs.id, msgs: cs.msgs, named: cs.named[id], confirmed: cs.confirmed}
+	if cs.gone[0] == id {
+		s.gone = cs.gone[1]
+	}
+	return s
 }
 
 // leave removes w. A channel left without waiters stays subscribed for
-// linger (see sweep).
+// its linger (see sweep), unless it is a lock's release channel and w
+// does not keep it: then it is unsubscribed now.
 func (h *hub) leave(w *waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.pings, w.ping)
 	if cs := h.chans[w.channel]; cs != nil {
 		delete(cs.waiters, w)
-		if len(cs.waiters) == 0 {
+		switch {
+		case len(cs.waiters) > 0:
+		case w.own || w.keep:
 			cs.idleSince = time.Now()
+		default:
+			delete(h.chans, w.channel)
+			h.sub.Unsubscribe(w.channel)
 		}
 	}
 }
@@ -523,13 +557,15 @@ func (h *hub) sweep() {
 func (h *hub) message(ch, payload string) {
 	if payload != h.self {
 		_, head, _ := strings.Cut(payload, "\n")
-		h.wakeChannel(ch, head)
+		head, gone, _ := strings.Cut(head, "\n")
+		h.wakeChannel(ch, head, gone)
 	}
 }
 
 // wakeChannel wakes the waiters on ch: every one, or (head not empty)
-// those with id head.
-func (h *hub) wakeChannel(ch, head string) {
+// those with id head, to whom the notice handed the lease of token gone
+// if not "".
+func (h *hub) wakeChannel(ch, head, gone string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cs := h.chans[ch]
@@ -546,6 +582,9 @@ func (h *hub) wakeChannel(ch, head string) {
 		cs.named = map[string]uint64{head: 1}
 	default:
 		cs.named[head]++
+	}
+	if head != "" {
+		cs.gone = [2]string{head, gone}
 	}
 	for w := range cs.waiters {
 		if head != "" && w.id != head {
