@@ -5,6 +5,13 @@
 // PostgreSQL 13 or later is required (pg_current_xact_id); connect to the
 // primary. It works behind PgBouncer in transaction pooling mode.
 //
+// A grant's statements are prepared as the pool's own queries are: in
+// pgx's default exec mode (cache_statement) once per connection, then
+// bound and pipelined in one round trip, so the server parses nothing per
+// grant; in any other mode (set one, such as
+// default_query_exec_mode=simple_protocol, behind PgBouncer before 1.21,
+// as for any pgx pool there) they go as one simple query.
+//
 // # Opening
 //
 // With the package imported (a blank import suffices), by URL:

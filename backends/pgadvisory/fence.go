@@ -73,7 +73,8 @@ package pgadvisory
 // Commit — is three. A hand-off is the holder's COMMIT, then the waiter's
 // server session flushes its fence and answers. Concurrent grants share WAL
 // flushes through PostgreSQL's own group commit. Statements per operation,
-// each line one simple-protocol query (one round trip):
+// each line one round trip (a pipeline of statements prepared once per
+// connection, or one simple query; see query.go):
 //
 //	TryAcquire, flush off  BEGIN; SELECT (TTL, try lock, fence)                        2
 //	TryAcquire, strict     BEGIN; SELECT (try lock, fence, WAL message); COMMIT;
@@ -84,7 +85,7 @@ package pgadvisory
 //	Release                COMMIT                                                       1
 //
 // A waiter's session runs nothing between its grant and the statement
-// that reads its fence: both are one statement (see waitSQL).
+// that reads its fence: both are one statement (see waitQuery).
 //
 // What every fence costs, with or without the flush: a transaction ID.
 // Raw pgx's lock transaction has none, so its COMMIT writes no WAL; the
@@ -125,8 +126,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// The strict grant (see Fence, atop this file) is one simple-protocol
-// query of three parts, run in order on one session:
+// The strict grant (see Fence, atop this file) is one round trip (see
+// query.go) of two parts, run in order on one session:
 //
 //  1. BEGIN; the session takes the lock at session level
 //     (pg_try_advisory_lock, or pg_advisory_lock waiting in the server's

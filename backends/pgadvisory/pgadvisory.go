@@ -56,11 +56,15 @@ package pgadvisory
 //
 // PgBouncer (internals; the package doc in doc.go has what users need).
 //
-// Locks and settings are transaction-scoped, statements are sent with the
-// simple query protocol, and cancel requests go through PgBouncer, so the
+// Locks and settings are transaction-scoped, a grant's statements are
+// prepared only where the pool's own queries are (its exec mode, see
+// query.go: PgBouncer 1.21 and later tracks prepared statements; before
+// it, one sets a mode such as simple_protocol, and the grants are then one
+// simple query), and cancel requests go through PgBouncer, so the
 // backend works behind PgBouncer in transaction pooling mode. The strict
-// grant's session-level hold lasts only within one query, inside which
-// PgBouncer keeps the server connection; the placeholder setting
+// grant's session-level hold lasts only within one round trip (one simple
+// query, or one pipeline ending in one Sync), for which PgBouncer keeps
+// the server connection; the placeholder setting
 // fencelock.held stays in the session, harmlessly. If that query fails
 // between its two transactions, the backend asks the session to drop its
 // session-level advisory locks (pg_advisory_unlock_all) before it closes
