@@ -3,7 +3,8 @@ package pgadvisory
 // Labels and Inspect (internals; the package doc in doc.go has what users need).
 //
 // Inspect is one query on pg_locks (held, and sessions queued in the
-// server's lock queue). The server exposes neither the holder's fence nor
+// server's lock queue); with labels, one round trip of three (see
+// Inspect). The server exposes neither the holder's fence nor
 // its idle timeout to other sessions, and Inspect does not report them;
 // sessions polling because Config.MaxWaitConns are in use are not queued
 // and not counted. Labels are kept only with Config.LabelAppName
@@ -11,7 +12,7 @@ package pgadvisory
 // application_name, which pg_stat_activity shows to anyone (as a Python
 // blake2b or psql user would label theirs); the grant's own query starts
 // by setting it, so the lock is never held, nor waited for, under another
-// name, and Release resets it (RESET application_name) with its COMMIT.
+// name, and Release resets it (RESET application_name) after its COMMIT.
 // PostgreSQL keeps at most 63 bytes of printable ASCII there, so the
 // backend then declares MaxLabel 63 and LabelASCII. It is off by default
 // because it replaces the application_name the pool was opened with,
