@@ -66,7 +66,11 @@
 // (interleaved, the upper end on a machine whose disk others kept busy).
 // With fence_flush=false a grant is one transaction and matches raw pgx
 // uncontended; every fence still costs a transaction ID, whose COMMIT
-// writes a WAL record that raw pgx's lock transaction does not.
+// writes a WAL record that raw pgx's lock transaction does not. With 8
+// clients contending on one name a hand-off takes the same round trips as
+// raw pgx's, and the grants run at about 0.7× raw pgx's rate on a 2-core
+// VM (the transaction ID, the TTL and timeout settings, and client work
+// per grant; the measurements are in fence.go).
 //
 // # A broken connection
 //
