@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -272,11 +271,11 @@ func BenchmarkHandOff(b *testing.B) {
 // Release, in chunks of 500 ms per variant, interleaved round by round so
 // that load from elsewhere on the machine hits the variants alike: raw pgx
 // as benchpeers runs it (pgxpool; Begin; SELECT pg_advisory_xact_lock;
-// Commit), raw pgconn with our one-query wait and a fence
-// ("raw-fence-sql": the floor of the statement layout), and fencelock with
+// Commit), raw pgconn with BEGIN and the lock and its fence in one simple
+// query ("raw-fence-sql", COMMIT to release), and fencelock with
 // and without the fence flush, on a server with fsync on. Each reports its
 // median grants/s over the rounds, the worst wait, and this process's CPU
-// per grant.
+// per grant. CONTENDED_VARIANTS=a,b runs only those.
 //
 //	go test -run '^$' -bench Contended -benchtime 6x ./backends/pgadvisory/
 func BenchmarkContended(b *testing.B) {
@@ -348,28 +347,22 @@ func BenchmarkContended(b *testing.B) {
 			return ws
 		}
 	}
-	variants := []struct {
+	type variant struct {
 		name string
 		open func(name string) []worker
 		ws   []worker
 		rate []float64
 		cpu  []float64
 		wst  time.Duration
-	}{
+	}
+	variants := []variant{
 		{name: "raw-pgx", open: rawPool},
 		{name: "raw-fence-sql", open: rawFence},
 		{name: "fencelock-noflush", open: fl("&fence_flush=false")},
 		{name: "fencelock-strict", open: fl("")},
 	}
 	if only := os.Getenv("CONTENDED_VARIANTS"); only != "" {
-		variants = slices.DeleteFunc(variants, func(v struct {
-			name string
-			open func(name string) []worker
-			ws   []worker
-			rate []float64
-			cpu  []float64
-			wst  time.Duration
-		}) bool {
+		variants = slices.DeleteFunc(variants, func(v variant) bool {
 			return !slices.Contains(strings.Split(only, ","), v.name)
 		})
 	}
@@ -432,11 +425,4 @@ func BenchmarkContended(b *testing.B) {
 		b.ReportMetric(med(v.cpu), v.name+"-cpu-µs/grant")
 		b.ReportMetric(float64(v.wst.Microseconds())/1e3, v.name+"-worst-ms")
 	}
-}
-
-// processCPU is this process's user+system CPU time.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
