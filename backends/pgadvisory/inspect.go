@@ -68,13 +68,6 @@ func dropLabelResult(label string, rs []*pgconn.Result) []*pgconn.Result {
 	return rs[1:]
 }
 
-// execLabelled is execDetached of labelSQL(label) + sql, without the
-// label's result.
-func execLabelled(ctx context.Context, pg *pgconn.PgConn, label, sql string) ([]*pgconn.Result, error) {
-	rs, err := execDetached(ctx, pg, labelSQL(label)+sql)
-	return dropLabelResult(label, rs), err
-}
-
 // SetLabel implements driver.Relabeler: the session's application_name,
 // set in the lease's transaction (one statement on its connection), which
 // pg_stat_activity shows until the lease ends (see labelSQL). Labels over
