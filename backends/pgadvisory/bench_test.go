@@ -2,8 +2,11 @@ package pgadvisory_test
 
 import (
 	"context"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -262,4 +265,164 @@ func BenchmarkHandOff(b *testing.B) {
 		}
 		reportLatencies(b, lat)
 	})
+}
+
+// BenchmarkContended runs 8 clients on one name, each looping Acquire,
+// Release, in chunks of 500 ms per variant, interleaved round by round so
+// that load from elsewhere on the machine hits the variants alike: raw pgx
+// as benchpeers runs it (pgxpool; Begin; SELECT pg_advisory_xact_lock;
+// Commit), raw pgconn with BEGIN and the lock and its fence in one simple
+// query ("raw-fence-sql", COMMIT to release), and fencelock with
+// and without the fence flush, on a server with fsync on. Each reports its
+// median grants/s over the rounds, the worst wait, and this process's CPU
+// per grant. CONTENDED_VARIANTS=a,b runs only those.
+//
+//	go test -run '^$' -bench Contended -benchtime 6x ./backends/pgadvisory/
+func BenchmarkContended(b *testing.B) {
+	p := testserver.StartPostgresProcess(b, "-c", "fsync=on", "-c", "full_page_writes=on", "-c", "synchronous_commit=on")
+	ctx := b.Context()
+	url := p.URL()
+	const workers = 8
+	type worker struct {
+		wait    func(context.Context) (func(context.Context) error, error)
+		closeFn func()
+	}
+	rawPool := func(name string) []worker {
+		key := pgadvisory.Key(name)
+		ws := make([]worker, workers)
+		for i := range ws {
+			pool, err := pgxpool.New(ctx, url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ws[i] = worker{closeFn: pool.Close, wait: func(ctx context.Context) (func(context.Context) error, error) {
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					return nil, err
+				}
+				if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
+					_ = tx.Rollback(context.WithoutCancel(ctx))
+					return nil, err
+				}
+				return tx.Commit, nil
+			}}
+		}
+		return ws
+	}
+	rawFence := func(name string) []worker {
+		sql := "BEGIN; SELECT pg_current_xact_id()::text FROM (SELECT pg_advisory_xact_lock(" + strconv.FormatInt(pgadvisory.Key(name), 10) + ") OFFSET 0) AS w"
+		ws := make([]worker, workers)
+		for i := range ws {
+			c, err := pgx.Connect(ctx, url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pg := c.PgConn()
+			ws[i] = worker{closeFn: func() { _ = c.Close(context.Background()) }, wait: func(ctx context.Context) (func(context.Context) error, error) {
+				if _, err := pg.Exec(ctx, sql).ReadAll(); err != nil {
+					return nil, err
+				}
+				return func(ctx context.Context) error { return pg.Exec(ctx, "COMMIT").Close() }, nil
+			}}
+		}
+		return ws
+	}
+	fl := func(params string) func(name string) []worker {
+		return func(name string) []worker {
+			o := opts(30*time.Second, false)
+			ws := make([]worker, workers)
+			for i := range ws {
+				c, err := fencelock.Open(ctx, url+params)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ws[i] = worker{closeFn: func() { _ = c.Close() }, wait: func(ctx context.Context) (func(context.Context) error, error) {
+					l, err := c.Acquire(ctx, name, o)
+					if err != nil {
+						return nil, err
+					}
+					return l.Release, nil
+				}}
+			}
+			return ws
+		}
+	}
+	type variant struct {
+		name string
+		open func(name string) []worker
+		ws   []worker
+		rate []float64
+		cpu  []float64
+		wst  time.Duration
+	}
+	variants := []variant{
+		{name: "raw-pgx", open: rawPool},
+		{name: "raw-fence-sql", open: rawFence},
+		{name: "fencelock-noflush", open: fl("&fence_flush=false")},
+		{name: "fencelock-strict", open: fl("")},
+	}
+	if only := os.Getenv("CONTENDED_VARIANTS"); only != "" {
+		variants = slices.DeleteFunc(variants, func(v variant) bool {
+			return !slices.Contains(strings.Split(only, ","), v.name)
+		})
+	}
+	for i := range variants {
+		variants[i].ws = variants[i].open("contended-" + randHex(4))
+		defer func() {
+			for _, w := range variants[i].ws {
+				w.closeFn()
+			}
+		}()
+	}
+	chunk := func(ws []worker) (grants int, worst time.Duration, cpu time.Duration) {
+		rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		cpu0 := processCPU()
+		for _, w := range ws {
+			wg.Go(func() {
+				n, my := 0, time.Duration(0)
+				for rctx.Err() == nil {
+					t0 := time.Now()
+					// Not cancelled at the end of the chunk (a cancelled
+					// pgconn wait breaks its connection): every worker
+					// releases, so the last waits are granted.
+					u, err := w.wait(ctx)
+					my = max(my, time.Since(t0))
+					if err != nil {
+						b.Error(err)
+						break
+					}
+					n++
+					if err := u(context.WithoutCancel(ctx)); err != nil {
+						b.Error(err)
+						break
+					}
+				}
+				mu.Lock()
+				grants, worst = grants+n, max(worst, my)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return grants, worst, processCPU() - cpu0
+	}
+	i := 0
+	for b.Loop() {
+		for j := range variants {
+			v := &variants[(i+j)%len(variants)]
+			n, worst, cpu := chunk(v.ws)
+			v.rate = append(v.rate, float64(n)/0.5)
+			v.cpu = append(v.cpu, float64(cpu.Microseconds())/float64(max(n, 1)))
+			v.wst = max(v.wst, worst)
+		}
+		i++
+	}
+	med := func(x []float64) float64 { x = slices.Clone(x); slices.Sort(x); return x[len(x)/2] }
+	for _, v := range variants {
+		b.ReportMetric(med(v.rate), v.name+"-grants/s")
+		b.ReportMetric(med(v.cpu), v.name+"-cpu-µs/grant")
+		b.ReportMetric(float64(v.wst.Microseconds())/1e3, v.name+"-worst-ms")
+	}
 }

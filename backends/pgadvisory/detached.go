@@ -19,8 +19,13 @@ import (
 // pgx's own DeadlineContextWatcherHandler does, delayed by cleanupTimeout).
 // A ctx that cannot end (context.Background) costs nothing.
 func execDetached(ctx context.Context, pg *pgconn.PgConn, sql string) ([]*pgconn.Result, error) {
+	return runDetached(ctx, pg, func(ctx context.Context) *pgconn.MultiResultReader { return pg.Exec(ctx, sql) })
+}
+
+// runDetached is execDetached of what run starts on pg (see backend.send).
+func runDetached(ctx context.Context, pg *pgconn.PgConn, run func(context.Context) *pgconn.MultiResultReader) ([]*pgconn.Result, error) {
 	g := watchDeadline(ctx, pg, cleanupTimeout)
-	rs, err := pg.Exec(context.WithoutCancel(ctx), sql).ReadAll()
+	rs, err := run(context.WithoutCancel(ctx)).ReadAll()
 	g.stop()
 	return rs, err
 }

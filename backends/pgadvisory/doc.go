@@ -5,6 +5,13 @@
 // PostgreSQL 13 or later is required (pg_current_xact_id); connect to the
 // primary. It works behind PgBouncer in transaction pooling mode.
 //
+// A grant's statements are prepared as the pool's own queries are: in
+// pgx's default exec mode (cache_statement) once per connection, then
+// bound and pipelined in one round trip, so the server parses nothing per
+// grant; in any other mode (set one, such as
+// default_query_exec_mode=simple_protocol, behind PgBouncer before 1.21,
+// as for any pgx pool there) they go as one simple query.
+//
 // # Opening
 //
 // With the package imported (a blank import suffices), by URL:
@@ -59,7 +66,11 @@
 // (interleaved, the upper end on a machine whose disk others kept busy).
 // With fence_flush=false a grant is one transaction and matches raw pgx
 // uncontended; every fence still costs a transaction ID, whose COMMIT
-// writes a WAL record that raw pgx's lock transaction does not.
+// writes a WAL record that raw pgx's lock transaction does not. With 8
+// clients contending on one name a hand-off takes the same round trips as
+// raw pgx's, and the grants run at about 0.7× raw pgx's rate on a 2-core
+// VM (the transaction ID, the TTL and timeout settings, and client work
+// per grant; the measurements are in fence.go).
 //
 // # A broken connection
 //

@@ -25,17 +25,17 @@ func (c cell) in(rs []*pgconn.Result) []byte { return rs[c.result].Rows[0][c.col
 
 // The layouts of the acquire batches, statement by statement.
 var (
-	// tryStrictSQL: BEGIN; SELECT (fence, ROW(WAL message,
+	// tryStrictQuery: BEGIN; SELECT (fence, ROW(WAL message,
 	// synchronous_commit, fencelock.held)); COMMIT; BEGIN; SELECT (TTL
 	// setting, took over).
 	tryStrictLayout = layout{results: 5, lastCols: 2, fence: cell{1, 0}, tookOver: &cell{4, 1}}
-	// trySQL: BEGIN; SELECT (TTL setting, fence).
+	// tryQuery: BEGIN; SELECT (TTL setting, fence).
 	tryLayout = layout{results: 2, lastCols: 2, fence: cell{1, 1}}
-	// waitSQL, strict: BEGIN; SELECT (settings); SELECT (fence, ROW(WAL
+	// waitQuery, strict: BEGIN; SELECT (settings); SELECT (fence, ROW(WAL
 	// message, synchronous_commit)) FROM (lock); COMMIT; BEGIN; SELECT
 	// (TTL setting, took over).
 	waitStrictLayout = layout{results: 6, lastCols: 2, fence: cell{2, 0}, tookOver: &cell{5, 1}}
-	// waitSQL, not strict: BEGIN; SELECT (settings); SELECT (fence,
+	// waitQuery, not strict: BEGIN; SELECT (settings); SELECT (fence,
 	// restored timeouts) FROM (lock).
 	waitLayout = layout{results: 3, lastCols: 2, fence: cell{2, 0}}
 )

@@ -56,11 +56,15 @@ package pgadvisory
 //
 // PgBouncer (internals; the package doc in doc.go has what users need).
 //
-// Locks and settings are transaction-scoped, statements are sent with the
-// simple query protocol, and cancel requests go through PgBouncer, so the
+// Locks and settings are transaction-scoped, a grant's statements are
+// prepared only where the pool's own queries are (its exec mode, see
+// query.go: PgBouncer 1.21 and later tracks prepared statements; before
+// it, one sets a mode such as simple_protocol, and the grants are then one
+// simple query), and cancel requests go through PgBouncer, so the
 // backend works behind PgBouncer in transaction pooling mode. The strict
-// grant's session-level hold lasts only within one query, inside which
-// PgBouncer keeps the server connection; the placeholder setting
+// grant's session-level hold lasts only within one round trip (one simple
+// query, or one pipeline ending in one Sync), for which PgBouncer keeps
+// the server connection; the placeholder setting
 // fencelock.held stays in the session, harmlessly. If that query fails
 // between its two transactions, the backend asks the session to drop its
 // session-level advisory locks (pg_advisory_unlock_all) before it closes
@@ -354,15 +358,21 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	if err != nil {
 		return nil, err
 	}
-	sql, lay := trySQL(key, ms), tryLayout
+	q, lay := tryQuery, tryLayout
 	if b.strict {
-		sql, lay = tryStrictSQL(key, ms), tryStrictLayout
+		q, lay = tryStrictQuery, tryStrictLayout
 	}
+	label := b.label(req)
+	run, err := b.send(ctx, pc, label, q, grantArgs(key, ms)...)
 	sent := time.Now()
-	rs, err := execLabelled(ctx, pc.Conn().PgConn(), b.label(req), sql)
 	var fv []byte
 	if err == nil {
-		fv, err = lay.fenceIn(rs)
+		var rs []*pgconn.Result
+		rs, err = runDetached(ctx, pc.Conn().PgConn(), run)
+		rs = dropLabelResult(label, rs)
+		if err == nil {
+			fv, err = lay.fenceIn(rs)
+		}
 	}
 	if err != nil {
 		b.discard(pc)
@@ -390,17 +400,13 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 	return l, nil
 }
 
-// trySQL is TryAcquire's batch when the fence flush is off (see tryLayout),
-// built with one allocation.
-func trySQL(key, ms int64) string {
-	b := make([]byte, 0, 192)
-	b = append(b, "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '"...)
-	b = strconv.AppendInt(b, ms, 10)
-	b = append(b, "', true), CASE WHEN pg_try_advisory_xact_lock("...)
-	b = strconv.AppendInt(b, key, 10)
-	b = append(b, ") THEN pg_current_xact_id()::text END"...)
-	return string(b)
-}
+// tryQuery is TryAcquire's query when the fence flush is off (see
+// tryLayout).
+var tryQuery = newQuery(
+	"BEGIN", nil,
+	"SELECT set_config('idle_in_transaction_session_timeout', $1::text, true),"+
+		" CASE WHEN pg_try_advisory_xact_lock($2::bigint) THEN pg_current_xact_id()::text END", []int{argTTL, argKey},
+)
 
 // Acquire implements driver.Blocker: the wait is the server's FIFO lock
 // queue, so a waiter is granted the moment the holder commits.
@@ -489,13 +495,19 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 	}
 	defer b.markWaiting(pc)()
 	pg := pc.Conn().PgConn()
-	sql := labelSQL(b.label(req)) + waitSQL(key, ms, b.strict, serverMajor(pg.ParameterStatus("server_version")) >= 14)
+	q := waitQuery(b.strict, serverMajor(pg.ParameterStatus("server_version")) >= 14)
 	lay := waitLayout
 	if b.strict {
 		lay = waitStrictLayout
 	}
-	rs, sent, err := execWait(ctx, pg, sql)
-	rs = dropLabelResult(b.label(req), rs)
+	label := b.label(req)
+	run, err := b.send(ctx, pc, label, q, grantArgs(key, ms)...)
+	var rs []*pgconn.Result
+	var sent time.Time
+	if err == nil {
+		rs, sent, err = execWait(ctx, pg, run)
+		rs = dropLabelResult(label, rs)
+	}
 	if ctx.Err() != nil {
 		// Granted or not, nothing may stay held: closing the connection ends
 		// the session (and keeps a late cancel request from reaching a
@@ -531,13 +543,13 @@ func (b *backend) markWaiting(pc *pgxpool.Conn) (unmark func()) {
 	}
 }
 
-// execWait runs the wait batch sql on pg and returns its results and when
+// execWait runs the wait query that run starts on pg and returns its results and when
 // it was sent.
 //
 // The wait runs detached from ctx: when ctx ends we ask the server to
 // cancel it (the connection survives), and only if that does not end it
 // within cancelGrace we break the connection.
-func execWait(ctx context.Context, pg *pgconn.PgConn, sql string) ([]*pgconn.Result, time.Time, error) {
+func execWait(ctx context.Context, pg *pgconn.PgConn, run func(context.Context) *pgconn.MultiResultReader) ([]*pgconn.Result, time.Time, error) {
 	execCtx, cancelExec := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelExec()
 	cancelled := make(chan struct{})
@@ -546,7 +558,7 @@ func execWait(ctx context.Context, pg *pgconn.PgConn, sql string) ([]*pgconn.Res
 		cancelWait(execCtx, cancelExec, pg)
 	})
 	sent := time.Now()
-	rs, err := pg.Exec(execCtx, sql).ReadAll()
+	rs, err := run(execCtx).ReadAll()
 	cancelExec() // the wait is over: release the AfterFunc, if it runs
 	if !stop() {
 		<-cancelled

@@ -129,6 +129,22 @@ func TestConformanceNoFenceFlush(t *testing.T) {
 	conformance.RunConformanceTests(t, newHarness("fence_flush=false"))
 }
 
+// TestConformanceSimpleProtocol runs the suite on a pool whose exec mode
+// is not cache_statement (as behind PgBouncer before 1.21): the grants go
+// as one simple query, not as prepared statements (see query.go), with the
+// fence flush off and on.
+func TestConformanceSimpleProtocol(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	t.Run("noflush", func(t *testing.T) {
+		conformance.RunConformanceTests(t, newHarness("default_query_exec_mode=simple_protocol&fence_flush=false"))
+	})
+	t.Run("strict", func(t *testing.T) {
+		conformance.RunConformanceTests(t, newHarness("default_query_exec_mode=simple_protocol"))
+	})
+}
+
 func BenchmarkConformance(b *testing.B) { conformance.RunBenchmarks(b, newHarness("")) }
 
 func BenchmarkConformanceNoFenceFlush(b *testing.B) {
