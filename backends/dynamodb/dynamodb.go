@@ -311,110 +311,21 @@ func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched,
 	}
 	owner := b.owner(req)
 	rvn := newRVN()
-	vals := map[string]types.AttributeValue{":on": str(owner), ":rvn": str(rvn)}
-	set, remove := "SET #on = :on, #rvn = :rvn, ", " REMOVE #ir"
-	n := names("#on", "#rvn", "#ir", "#f", "#q")
-	// The lease duration and label, unless the fast path finds them
-	// already in the item.
-	if mine == nil || leaseMillis(mine.ttl) != leaseMillis(req.TTL) {
-		set += "#ld = :ld, "
-		vals[":ld"] = str(leaseMillis(req.TTL))
-		n["#ld"] = attrLease
-	}
-	switch {
-	case mine != nil && mine.label == req.Label:
-	case req.Label != "":
-		set += "#lb = :lb, "
-		vals[":lb"] = str(req.Label)
-		n["#lb"] = attrLabel
-	default:
-		remove += ", #lb"
-		n["#lb"] = attrLabel
-	}
-	var (
-		cond  string
-		known driver.Fence // the fence the write sets, when known before it
-	)
-	if mine != nil {
-		// The fast path: if this Client's own release is the item's last
-		// version, the item is as it left it, queue aside, and its fence,
-		// lease duration and label are known: two plain comparisons,
-		// plain values, only what changes, nothing returned.
-		known = mine.fence + 1
-		cond = "#rvn = :w AND size(#q) = :zero"
-		set += "#f = :f"
-		vals[":w"], vals[":zero"], vals[":f"] = str(mine.rvn), num(0), num(uint64(known))
-	} else {
-		set += "#f = if_not_exists(#f, :floor) + :one"
-		vals[":rel"] = str(releasedValue)
-		vals[":floor"] = num(uint64(time.Now().UnixMicro()))
-		vals[":one"] = num(1)
-		// (released [OR watched]) AND nobody waits / head first in line,
-		// written without parentheses (dynalite parses those slowly) as a
-		// disjunction of conjunctions: an item that does not exist has no
-		// queue; nobody waits when waitQueue is absent or empty ("size = 0"
-		// costs dynalite less than a nested path, attribute_not_exists(#q[0])).
-		// The write leaves an empty waitQueue on an item that had none,
-		// so that the next grant from this Client's release may take the
-		// fast path.
-		cond = "attribute_not_exists(#k) OR #ir = :rel AND attribute_not_exists(#q) OR #ir = :rel AND size(#q) = :zero"
-		if head != "" {
-			cond = "#ir = :rel AND #q[0] = :head"
-			remove += ", #q[0]"
-			vals[":head"] = str(head)
-		} else {
-			set += ", #q = if_not_exists(#q, :empty)"
-			vals[":zero"] = num(0)
-			vals[":empty"] = &types.AttributeValueMemberL{Value: []types.AttributeValue{}}
-			n["#k"] = attrKey
-		}
-		if watched != "" {
-			if head != "" {
-				cond += " OR #rvn = :w AND #q[0] = :head"
-			} else {
-				cond += " OR #rvn = :w AND attribute_not_exists(#q) OR #rvn = :w AND size(#q) = :zero"
-			}
-			vals[":w"] = str(watched)
-		}
-	}
-	expr := set + remove
-	rv := types.ReturnValueUpdatedNew
-	switch {
-	case known != 0:
-		rv = types.ReturnValueNone
-	case head != "":
-		// The whole item: the queue behind us is whom our release hands
-		// the lock to (see Hand-off, atop queue.go).
-		rv = types.ReturnValueAllNew
-	}
+	e := acquireExpr(req, owner, rvn, mine)
+	e.condition(mine, watched, head)
+	expr := e.set + e.remove
 	cctx, c := track(ctx)
 	out, err := b.api.UpdateItem(cctx, &ddb.UpdateItemInput{
 		TableName:                 &b.cfg.Table,
 		Key:                       keyOf(req.Name),
-		ConditionExpression:       &cond,
+		ConditionExpression:       &e.cond,
 		UpdateExpression:          &expr,
-		ExpressionAttributeNames:  n,
-		ExpressionAttributeValues: vals,
-		ReturnValues:              rv,
+		ExpressionAttributeNames:  e.n,
+		ExpressionAttributeValues: e.vals,
+		ReturnValues:              e.returnValues(head),
 	}, withAttempts)
 	if err == nil {
-		b.mem.forget(req.Name)
-		if known != 0 {
-			return b.newLease(req, owner, rvn, known), nil
-		}
-		fence, ferr := fenceFrom(out.Attributes)
-		if ferr != nil {
-			l := b.newLease(req, owner, rvn, 0)
-			_ = l.Release(context.WithoutCancel(ctx))
-			return nil, ferr
-		}
-		l := b.newLease(req, owner, rvn, fence)
-		if head != "" {
-			if it, err := parseItem(req.Name, out.Attributes); err == nil {
-				l.queue = it.queue
-			}
-		}
-		return l, nil
+		return b.written(ctx, req, owner, rvn, head, e.known, out.Attributes)
 	}
 	if conditionFailed(err) {
 		if c.attempts > 1 {
@@ -429,6 +340,125 @@ func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched,
 		return nil, cause
 	}
 	return nil, b.cleanup(ctx, req, owner, rvn, watched, cause)
+}
+
+// acquireWrite is an acquire write's expressions, built by acquireExpr
+// and condition.
+type acquireWrite struct {
+	set, remove, cond string
+	n                 map[string]string
+	vals              map[string]types.AttributeValue
+	known             driver.Fence // the fence the write sets, when known before it
+}
+
+// acquireExpr starts the acquire write: the owner, the new version, and
+// the lease duration and label, unless the fast path (mine != nil) finds
+// them already in the item.
+func acquireExpr(req driver.AcquireRequest, owner, rvn string, mine *released) *acquireWrite {
+	e := &acquireWrite{
+		set:    "SET #on = :on, #rvn = :rvn, ",
+		remove: " REMOVE #ir",
+		n:      names("#on", "#rvn", "#ir", "#f", "#q"),
+		vals:   map[string]types.AttributeValue{":on": str(owner), ":rvn": str(rvn)},
+	}
+	if mine == nil || leaseMillis(mine.ttl) != leaseMillis(req.TTL) {
+		e.set += "#ld = :ld, "
+		e.vals[":ld"] = str(leaseMillis(req.TTL))
+		e.n["#ld"] = attrLease
+	}
+	switch {
+	case mine != nil && mine.label == req.Label:
+	case req.Label != "":
+		e.set += "#lb = :lb, "
+		e.vals[":lb"] = str(req.Label)
+		e.n["#lb"] = attrLabel
+	default:
+		e.remove += ", #lb"
+		e.n["#lb"] = attrLabel
+	}
+	return e
+}
+
+// condition adds the write's condition and fence.
+func (e *acquireWrite) condition(mine *released, watched, head string) {
+	if mine != nil {
+		// The fast path: if this Client's own release is the item's last
+		// version, the item is as it left it, queue aside, and its fence,
+		// lease duration and label are known: two plain comparisons,
+		// plain values, only what changes, nothing returned.
+		e.known = mine.fence + 1
+		e.cond = "#rvn = :w AND size(#q) = :zero"
+		e.set += "#f = :f"
+		e.vals[":w"], e.vals[":zero"], e.vals[":f"] = str(mine.rvn), num(0), num(uint64(e.known))
+		return
+	}
+	e.set += "#f = if_not_exists(#f, :floor) + :one"
+	e.vals[":rel"] = str(releasedValue)
+	e.vals[":floor"] = num(uint64(time.Now().UnixMicro()))
+	e.vals[":one"] = num(1)
+	// (released [OR watched]) AND nobody waits / head first in line,
+	// written without parentheses (dynalite parses those slowly) as a
+	// disjunction of conjunctions: an item that does not exist has no
+	// queue; nobody waits when waitQueue is absent or empty ("size = 0"
+	// costs dynalite less than a nested path, attribute_not_exists(#q[0])).
+	// The write leaves an empty waitQueue on an item that had none,
+	// so that the next grant from this Client's release may take the
+	// fast path.
+	e.cond = "attribute_not_exists(#k) OR #ir = :rel AND attribute_not_exists(#q) OR #ir = :rel AND size(#q) = :zero"
+	if head != "" {
+		e.cond = "#ir = :rel AND #q[0] = :head"
+		e.remove += ", #q[0]"
+		e.vals[":head"] = str(head)
+	} else {
+		e.set += ", #q = if_not_exists(#q, :empty)"
+		e.vals[":zero"] = num(0)
+		e.vals[":empty"] = &types.AttributeValueMemberL{Value: []types.AttributeValue{}}
+		e.n["#k"] = attrKey
+	}
+	if watched != "" {
+		if head != "" {
+			e.cond += " OR #rvn = :w AND #q[0] = :head"
+		} else {
+			e.cond += " OR #rvn = :w AND attribute_not_exists(#q) OR #rvn = :w AND size(#q) = :zero"
+		}
+		e.vals[":w"] = str(watched)
+	}
+}
+
+// returnValues is what the write returns: nothing on the fast path (the
+// fence is known), the whole item when taking as head of the line (the
+// queue behind us is whom our release hands the lock to: see Hand-off,
+// atop queue.go), else the updated fence.
+func (e *acquireWrite) returnValues(head string) types.ReturnValue {
+	switch {
+	case e.known != 0:
+		return types.ReturnValueNone
+	case head != "":
+		return types.ReturnValueAllNew
+	}
+	return types.ReturnValueUpdatedNew
+}
+
+// written makes the lease of a granted acquire write from what it
+// returned.
+func (b *backend) written(ctx context.Context, req driver.AcquireRequest, owner, rvn, head string, known driver.Fence, attrs map[string]types.AttributeValue) (driver.Lease, error) {
+	b.mem.forget(req.Name)
+	if known != 0 {
+		return b.newLease(req, owner, rvn, known), nil
+	}
+	fence, ferr := fenceFrom(attrs)
+	if ferr != nil {
+		l := b.newLease(req, owner, rvn, 0)
+		_ = l.Release(context.WithoutCancel(ctx))
+		return nil, ferr
+	}
+	l := b.newLease(req, owner, rvn, fence)
+	if head != "" {
+		if it, err := parseItem(req.Name, attrs); err == nil {
+			l.queue = it.queue
+		}
+	}
+	return l, nil
 }
 
 // recover settles a refused retry: if the item holds our version, an

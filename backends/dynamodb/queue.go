@@ -343,18 +343,8 @@ func (w *waiter) wait(ctx context.Context) (driver.Lease, time.Time, error) {
 			l, st, err = w.b.try(ctx, w.req, head)
 			continue
 		}
-		acted := true
-		switch {
-		case st.lapsed >= 0 && st.lapsed != w.pos:
-			st, err = w.b.dropEntry(ctx, w.req.Name, st.lapsed, st.queue[st.lapsed])
-		case w.pos < 0 && len(st.queue) < maxQueue && !noQueue.Load():
-			st, err = w.join(ctx, st.noQ || st.owner == "")
-		case w.pos >= 0 && now.Sub(w.fresh) >= w.lapse/3:
-			st, err = w.refresh(ctx)
-		default:
-			acted = false
-		}
-		if acted {
+		if nst, acted, aerr := w.act(ctx, st, now); acted {
+			st, err = nst, aerr
 			if err == nil {
 				err = driver.ErrNotAcquired
 			}
@@ -372,6 +362,23 @@ func (w *waiter) wait(ctx context.Context) (driver.Lease, time.Time, error) {
 			err = driver.ErrNotAcquired
 		}
 	}
+}
+
+// act does the queue work st calls for, if any (acted): drop a lapsed
+// entry, join the line, or refresh our entry.
+func (w *waiter) act(ctx context.Context, st state, now time.Time) (state, bool, error) {
+	switch {
+	case st.lapsed >= 0 && st.lapsed != w.pos:
+		st, err := w.b.dropEntry(ctx, w.req.Name, st.lapsed, st.queue[st.lapsed])
+		return st, true, err
+	case w.pos < 0 && len(st.queue) < maxQueue && !noQueue.Load():
+		st, err := w.join(ctx, st.noQ || st.owner == "")
+		return st, true, err
+	case w.pos >= 0 && now.Sub(w.fresh) >= w.lapse/3:
+		st, err := w.refresh(ctx)
+		return st, true, err
+	}
+	return st, false, nil
 }
 
 // granted returns the lease st shows handed to us (see Hand-off, atop

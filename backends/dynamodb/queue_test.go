@@ -451,7 +451,15 @@ func TestHandOffToLeavingWaiter(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	lb, chs := handOffLine(t, api, table, n, opts, a, b, waiterOf{c: c, ctx: cctx}, waiterOf{c: next, ctx: ctx})
-	open := w.holdReads() // c does not learn of the hand-off
+	open, parked := w.holdReads() // c does not learn of the hand-off
+	// c's one poller waits at the gate: no read of c's that the hand-off
+	// could answer is in flight.
+	select {
+	case <-parked:
+	case <-time.After(5 * time.Second):
+		open()
+		t.Fatal("c's poller sent no read within 5s")
+	}
 	if err := lb.Release(ctx); err != nil {
 		open()
 		t.Fatal(err)

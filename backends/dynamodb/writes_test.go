@@ -34,6 +34,7 @@ type wire struct {
 	ops     map[string]int
 	cs      []string      // the ConditionExpression of each request since the last take
 	gate    chan struct{} // while non-nil, GetItem requests wait for it to close
+	parked  chan struct{} // told (without blocking) when a GetItem waits at gate
 	loseOp  string
 	lose    int  // replies of loseOp still to lose
 	thenCut bool // cut the network once the last of them is lost
@@ -58,9 +59,13 @@ func (w *wire) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Body = io.NopCloser(bytes.NewReader(b))
 	}
 	w.mu.Lock()
-	gate := w.gate
+	gate, parked := w.gate, w.parked
 	w.mu.Unlock()
 	if gate != nil && op == "GetItem" {
+		select {
+		case parked <- struct{}{}:
+		default:
+		}
 		select {
 		case <-gate:
 		case <-req.Context().Done():
@@ -107,18 +112,19 @@ func (w *wire) take() map[string]int {
 }
 
 // holdReads makes GetItem requests wait until the returned func is
-// called.
-func (w *wire) holdReads() (open func()) {
-	g := make(chan struct{})
+// called; parked is told when one waits (so a Client whose one poller
+// waits there has no read in flight).
+func (w *wire) holdReads() (open func(), parked <-chan struct{}) {
+	g, p := make(chan struct{}), make(chan struct{}, 1)
 	w.mu.Lock()
-	w.gate = g
+	w.gate, w.parked = g, p
 	w.mu.Unlock()
 	return func() {
 		w.mu.Lock()
-		w.gate = nil
+		w.gate, w.parked = nil, nil
 		w.mu.Unlock()
 		close(g)
-	}
+	}, p
 }
 
 // conds returns the condition expressions sent since the last take, in
@@ -409,13 +415,24 @@ func TestFastPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
+	// The waiter, once granted, holds until the check below is done: the
+	// releaser must not get the lock back while it waits or holds (it
+	// polls every few ms, so it may take the lock before the check).
+	done, hold := make(chan error, 1), make(chan struct{})
 	go func() {
 		wl, err := other.Acquire(ctx, n, noRenew)
 		if err == nil {
+			<-hold
 			err = wl.Release(ctx)
 		}
 		done <- err
+	}()
+	defer func() {
+		select {
+		case <-hold:
+		default:
+			close(hold)
+		}
 	}()
 	awaitQueueLen(t, native(t, other), tableOf(t, d.URL()), n, 1)
 	if err := l.Release(ctx); err != nil {
@@ -425,8 +442,9 @@ func TestFastPath(t *testing.T) {
 		if err == nil {
 			_ = bl.Release(ctx)
 		}
-		t.Fatalf("TryAcquire by the releaser while a waiter is queued: %v, want ErrNotAcquired", err)
+		t.Fatalf("TryAcquire by the releaser while a waiter is queued or holds: %v, want ErrNotAcquired", err)
 	}
+	close(hold)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
