@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/pgadvisory"
+	"github.com/fencelock/fencelock/internal/testhelp"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -379,7 +380,7 @@ func BenchmarkContended(b *testing.B) {
 		defer cancel()
 		var mu sync.Mutex
 		var wg sync.WaitGroup
-		cpu0 := processCPU()
+		cpu0 := testhelp.ProcessCPU()
 		for _, w := range ws {
 			wg.Go(func() {
 				n, my := 0, time.Duration(0)
@@ -406,7 +407,7 @@ func BenchmarkContended(b *testing.B) {
 			})
 		}
 		wg.Wait()
-		return grants, worst, processCPU() - cpu0
+		return grants, worst, testhelp.ProcessCPU() - cpu0
 	}
 	i := 0
 	for b.Loop() {

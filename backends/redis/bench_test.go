@@ -14,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock/backends/redis"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/testhelp"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -104,12 +105,12 @@ func BenchmarkFenceOverhead(b *testing.B) {
 	type acc struct{ wall, cpu time.Duration }
 	var plain, drv, fenced acc
 	measure := func(a *acc, f func()) {
-		s0, c0, t0 := serverCPU(ctx, b, rc), processCPU(), time.Now()
+		s0, c0, t0 := serverCPU(ctx, b, rc), testhelp.ProcessCPU(), time.Now()
 		for range block {
 			f()
 		}
 		a.wall += time.Since(t0)
-		a.cpu += processCPU() - c0
+		a.cpu += testhelp.ProcessCPU() - c0
 		a.cpu += serverCPU(ctx, b, rc) - s0
 	}
 	for b.Loop() {

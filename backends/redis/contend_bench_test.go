@@ -16,6 +16,7 @@ import (
 	"github.com/fencelock/fencelock/backends/redis"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/testhelp"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -31,7 +32,7 @@ func BenchmarkContended8Clients(b *testing.B) {
 		lockers = append(lockers, open(b, r.URL(), nil, nil))
 	}
 	rc := native(b, lockers[0].(*fencelock.Client))
-	cpu0, wall0, pcpu0 := serverCPU(b.Context(), b, rc), time.Now(), processCPU()
+	cpu0, wall0, pcpu0 := serverCPU(b.Context(), b, rc), time.Now(), testhelp.ProcessCPU()
 	cmds0 := commands(b, rc)
 	var sections, lo, hi int
 	var elapsed, worst time.Duration
@@ -49,7 +50,7 @@ func BenchmarkContended8Clients(b *testing.B) {
 		}
 		lo, hi = lo+l, hi+h
 	}
-	srv, client := serverCPU(b.Context(), b, rc)-cpu0, processCPU()-pcpu0
+	srv, client := serverCPU(b.Context(), b, rc)-cpu0, testhelp.ProcessCPU()-pcpu0
 	b.ReportMetric(float64(srv)/float64(time.Since(wall0))*100, "server-cpu-%")
 	b.ReportMetric(float64(srv.Microseconds())/float64(sections), "server-cpu-µs/section")
 	b.ReportMetric(float64(client.Microseconds())/float64(sections), "client-cpu-µs/section")
@@ -87,7 +88,7 @@ func BenchmarkContended8Drivers(b *testing.B) {
 		drvs = append(drvs, d.(driver.Blocker))
 		b.Cleanup(func() { _ = d.Close(); _ = rc.Close() })
 	}
-	cpu0, pcpu0 := serverCPU(b.Context(), b, rcs[0]), processCPU()
+	cpu0, pcpu0 := serverCPU(b.Context(), b, rcs[0]), testhelp.ProcessCPU()
 	var total atomic.Int64
 	var elapsed time.Duration
 	for b.Loop() {
@@ -112,7 +113,7 @@ func BenchmarkContended8Drivers(b *testing.B) {
 		elapsed += time.Since(t0)
 		cancel()
 	}
-	srv, client := serverCPU(b.Context(), b, rcs[0])-cpu0, processCPU()-pcpu0
+	srv, client := serverCPU(b.Context(), b, rcs[0])-cpu0, testhelp.ProcessCPU()-pcpu0
 	n := float64(total.Load())
 	b.ReportMetric(float64(srv.Microseconds())/n, "server-cpu-µs/section")
 	b.ReportMetric(float64(client.Microseconds())/n, "client-cpu-µs/section")
