@@ -31,8 +31,11 @@ type Env struct {
 	cleanups []func()
 }
 
-// Close stops every server Start started.
+// Close stops every server Start started. A nil Env is a no-op.
 func (e *Env) Close() {
+	if e == nil {
+		return
+	}
 	for i := len(e.cleanups) - 1; i >= 0; i-- {
 		e.cleanups[i]()
 	}
@@ -44,22 +47,27 @@ func (e *Env) Close() {
 // binary with its default timing and fsync, one redis-server (defaults),
 // five redis-servers for Redlock, one ZooKeeper, dynalite. On error the
 // servers already started are stopped.
-func Start(ctx context.Context, stores []string) (env *Env, err error) {
+func Start(ctx context.Context, stores []string) (*Env, error) {
 	if stores == nil {
 		stores = Stores()
 	}
-	env = &Env{Servers: map[string]string{}}
-	defer func() {
-		if err != nil {
-			env.Close()
-		}
-	}()
-	for _, s := range stores {
-		if err := env.start(ctx, s); err != nil {
-			return nil, fmt.Errorf("peers: start %s: %w", s, err)
-		}
+	env := &Env{Servers: map[string]string{}}
+	if err := env.startAll(ctx, stores); err != nil {
+		return nil, err
 	}
 	return env, nil
+}
+
+// startAll starts each of stores in turn; on the first error it stops
+// every server already started and returns that error.
+func (e *Env) startAll(ctx context.Context, stores []string) error {
+	for _, s := range stores {
+		if err := e.start(ctx, s); err != nil {
+			e.Close()
+			return fmt.Errorf("peers: start %s: %w", s, err)
+		}
+	}
+	return nil
 }
 
 // start starts store's server(s) and adds their implementations and
