@@ -82,6 +82,11 @@ func BenchmarkRequestCost(b *testing.B) {
 			_, err := dc.GetItem(ctx, &ddb.GetItemInput{TableName: &table, Key: key("a"), ConsistentRead: aws.Bool(true)})
 			return err
 		}},
+		{"getitem-projected", func(i int) error {
+			_, err := dc.GetItem(ctx, &ddb.GetItemInput{TableName: &table, Key: key("a"), ConsistentRead: aws.Bool(true),
+				ProjectionExpression: aws.String("#k, #on, #rvn, #ld, #ir, #f, #q, #lb"), ExpressionAttributeNames: fullNames})
+			return err
+		}},
 	}
 
 	last := map[string]string{"g": "v", "h": "v", "i": "v"}
