@@ -20,7 +20,10 @@
 //	protocol=2|3    RESP version (default 2)
 //
 // A client opened by URL has ContextTimeoutEnabled set and a ClientName of
-// "fencelock-" and 12 random hex digits. In Go, New takes a go-redis client
+// "fencelock-" and 12 random hex digits; with RESP2 its connections skip
+// go-redis's health-check peek while used within the last second (a
+// connection the server closed meanwhile fails its next command, which
+// go-redis retries on another; see URLOpener). In Go, New takes a go-redis client
 // (a *goredis.Client, or a *goredis.ClusterClient for Redis Cluster):
 // enable ContextTimeoutEnabled in its options, or the ctx of Acquire and the
 // lease's deadline do not bound its calls. The Client does not close a

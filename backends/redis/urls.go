@@ -51,6 +51,12 @@ func init() {
 // every reply it reads, which costs a contended grant about 5% of its
 // client CPU (and about as much throughput: measured with
 // BenchmarkContended8Clients). protocol=3 restores go-redis's default.
+// With RESP2, and unless Configure sets a Dialer, the client's connections
+// also skip go-redis's health check (a MSG_PEEK recv before each command)
+// while they were used within the last second, about as much again (see
+// Pool health checks, atop dial.go): a connection the server closed in
+// that second is found when a command on it reads EOF, and go-redis
+// retries the command on another connection.
 //
 // The go-redis client it makes has ContextTimeoutEnabled set, so the
 // caller's ctx bounds every call, and is closed with the fencelock Client.
@@ -81,6 +87,9 @@ func (o *URLOpener) OpenBackendURL(_ context.Context, u *url.URL) (driver.Backen
 	}
 	if uo.ClientName == "" {
 		uo.ClientName = "fencelock-" + randHex(6)
+	}
+	if uo.Dialer == nil && uo.Protocol == 2 {
+		uo.Dialer = freshDialer(uo, freshFor) // see Pool health checks, atop dial.go
 	}
 	return newBackend(goredis.NewUniversalClient(uo), true), nil
 }
