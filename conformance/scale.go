@@ -84,24 +84,18 @@ func HoldMany(ctx context.Context, c *fencelock.Client, name string, n int, ttl,
 	}
 	r.AcquireElapsed = time.Since(start)
 	heldFrom := time.Now()
-	g, heap := settledRuntime()
-	r.Goroutines = g - baseG
+	_, heap := settledRuntime()
 	r.HeapPerLease = max(0, int64(heap)-int64(baseHeap)) / int64(n)
-	t := time.NewTimer(hold)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		return r, ctx.Err()
+	// Renewals in flight run briefly on goroutines of their own, and on a
+	// busy machine a burst of them (every TTL/3, the leases having been
+	// taken within moments) can span a good part of the hold: take the
+	// least of samples every 10ms through the whole hold, which a
+	// goroutine per lease would never lower.
+	least, err := leastGoroutines(ctx, hold, 10*time.Millisecond)
+	if err != nil {
+		return r, err
 	}
-	// Renewals in flight run briefly on goroutines of their own: take the
-	// least of a few samples, which a goroutine per lease would not lower.
-	least := runtime.NumGoroutine()
-	for range 5 {
-		time.Sleep(5 * time.Millisecond)
-		least = min(least, runtime.NumGoroutine())
-	}
-	r.Goroutines = max(r.Goroutines, least-baseG)
+	r.Goroutines = least - baseG
 	r.Held = time.Since(heldFrom)
 	for _, l := range ls {
 		if l.Err() != nil {
@@ -109,6 +103,26 @@ func HoldMany(ctx context.Context, c *fencelock.Client, name string, n int, ttl,
 		}
 	}
 	return r, nil
+}
+
+// leastGoroutines samples runtime.NumGoroutine every step for d and
+// returns the least count seen.
+func leastGoroutines(ctx context.Context, d, step time.Duration) (int, error) {
+	least := runtime.NumGoroutine()
+	end := time.NewTimer(d)
+	defer end.Stop()
+	tick := time.NewTicker(step)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			least = min(least, runtime.NumGoroutine())
+		case <-end.C:
+			return min(least, runtime.NumGoroutine()), nil
+		case <-ctx.Done():
+			return least, ctx.Err()
+		}
+	}
 }
 
 // settledRuntime returns the goroutine count and live heap after a GC.
