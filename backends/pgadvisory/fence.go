@@ -249,6 +249,11 @@ func newWaitQuery(strict, check bool) *query {
 			"SELECT set_config('idle_in_transaction_session_timeout', $1::text, true), "+takeOver("2"), []int{argTTL, argKey},
 		)
 	}
+	if check {
+		// Not strict: for the session (see foldedWaitQuery), and only
+		// where the session has no interval of its own.
+		chk = ", CASE WHEN current_setting('client_connection_check_interval') = '0' THEN set_config('client_connection_check_interval', '1000', false) END"
+	}
 	return newQuery(
 		"BEGIN", nil,
 		"SELECT ROW(set_config('idle_in_transaction_session_timeout', $1::text, true),"+
@@ -260,6 +265,37 @@ func newWaitQuery(strict, check bool) *query {
 			" ROW(set_config('statement_timeout', current_setting('fencelock.statement_timeout'), true),"+
 			" set_config('lock_timeout', current_setting('fencelock.lock_timeout'), true)) END"+
 			" FROM (SELECT pg_advisory_xact_lock($1::bigint) OFFSET 0) AS w", []int{argKey},
+	)
+}
+
+// foldedWaitQuery is Acquire's query with the fence flush off on a
+// session that needs no settings lifted for the wait (see foldWait): BEGIN
+// and one statement that waits for the lock, reads the fence and sets the
+// TTL, one statement fewer than waitQuery's. Its WHERE clause names no
+// column of the subquery, so the server evaluates it once, before the
+// subquery runs (a one-time filter): only if statement_timeout and
+// lock_timeout are 0 and (check) client_connection_check_interval is not,
+// as the settings statement of waitQuery would have left them, does it
+// wait; otherwise it returns no row, having taken nothing. The settings
+// must hold before the statement starts, not within it: the server arms
+// the statement timeout and the client check when a statement starts. The
+// TTL is set after the grant; a waiting session is not idle.
+//
+// Results: BEGIN; (fence, TTL setting), or no row when a setting was off.
+func foldedWaitQuery(check bool) *query { return foldedWaitQueries[check] }
+
+var foldedWaitQueries = map[bool]*query{false: newFoldedWaitQuery(false), true: newFoldedWaitQuery(true)}
+
+func newFoldedWaitQuery(check bool) *query {
+	chk := ""
+	if check {
+		chk = " AND current_setting('client_connection_check_interval') <> '0'"
+	}
+	return newQuery(
+		"BEGIN", nil,
+		"SELECT pg_current_xact_id()::text, set_config('idle_in_transaction_session_timeout', $1::text, true)"+
+			" FROM (SELECT pg_advisory_xact_lock($2::bigint) OFFSET 0) AS w"+
+			" WHERE current_setting('statement_timeout') = '0' AND current_setting('lock_timeout') = '0'"+chk, []int{argTTL, argKey},
 	)
 }
 

@@ -50,12 +50,24 @@ func TestTimeoutsRestoredPerWait(t *testing.T) {
 // transaction sees them.
 func waitedTimeouts(e *env, a, b *fencelock.Client, name string) (st, lt string) {
 	e.t.Helper()
+	st, lt, _ = waitedSettings(e, a, b, name, 0)
+	return st, lt
+}
+
+// waitedSettings has b wait in the server's queue for name while a holds
+// it for at least hold after b queued, and returns statement_timeout,
+// lock_timeout and client_connection_check_interval as b's lease's
+// transaction sees them.
+func waitedSettings(e *env, a, b *fencelock.Client, name string, hold time.Duration) (st, lt, chk string) {
+	e.t.Helper()
 	l1, err := a.TryAcquire(e.ctx, name, opts(30*time.Second, false))
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	got := acquireAsync(e.ctx, b, name, opts(30*time.Second, false))
 	e.waitFor(5*time.Second, "waiter queued", func() (bool, error) { n, err := e.waiters(pgadvisory.Key(name)); return n == 1, err })
+	// The wait must outlast the timeouts under test: nothing to signal.
+	time.Sleep(hold)
 	if err := l1.Release(e.ctx); err != nil {
 		e.t.Fatal(err)
 	}
@@ -72,8 +84,42 @@ func waitedTimeouts(e *env, a, b *fencelock.Client, name string) (st, lt string)
 	if !ok {
 		e.t.Fatal("Tx: false")
 	}
-	if err := tx.QueryRow(e.ctx, "SELECT current_setting('statement_timeout'), current_setting('lock_timeout')").Scan(&st, &lt); err != nil {
+	if err := tx.QueryRow(e.ctx, "SELECT current_setting('statement_timeout'), current_setting('lock_timeout'), current_setting('client_connection_check_interval')").Scan(&st, &lt, &chk); err != nil {
 		e.t.Fatal(err)
 	}
-	return st, lt
+	return st, lt, chk
+}
+
+// TestWaitAfterSettingsChange: with the fence flush off, a session whose
+// last wait found its timeouts at 0 folds the next wait's settings into
+// the lock's statement (foldedWaitQuery); when the session's
+// statement_timeout, lock_timeout or client_connection_check_interval
+// were changed since (here by a SET on the pool's one connection), the
+// wait still outlasts the timeouts, has the client check on, and the
+// lease's transaction sees the session's own timeouts.
+func TestWaitAfterSettingsChange(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.client("fence_flush=false"), e.client("pool_max_conns=1&fence_flush=false")
+	var pool *pgxpool.Pool
+	if !b.As(&pool) {
+		t.Fatal("Client.As(**pgxpool.Pool): false")
+	}
+	name := e.name()
+	for _, c := range []struct{ set, st, lt string }{
+		{"SET statement_timeout = '50ms'", "50ms", "0"},
+		{"SET lock_timeout = '50ms'", "0", "50ms"},
+		{"SET client_connection_check_interval = 0", "0", "0"},
+	} {
+		waitedTimeouts(e, a, b, name) // timeouts 0: the next wait folds
+		if _, err := pool.Exec(e.ctx, c.set); err != nil {
+			t.Fatal(err)
+		}
+		st, lt, chk := waitedSettings(e, a, b, name, 200*time.Millisecond)
+		if st != c.st || lt != c.lt || chk != "1s" {
+			t.Fatalf("after %q, in the lease's transaction statement_timeout=%s lock_timeout=%s client_connection_check_interval=%s, want %s, %s, 1s", c.set, st, lt, chk, c.st, c.lt)
+		}
+		if _, err := pool.Exec(e.ctx, "RESET statement_timeout; RESET lock_timeout"); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
