@@ -80,6 +80,8 @@ package pgadvisory
 //	TryAcquire, strict     BEGIN; SELECT (try lock, fence, WAL message); COMMIT;
 //	                       BEGIN; SELECT (TTL, take over)                               5
 //	Acquire, flush off     BEGIN; SELECT (settings); SELECT (fence, restore) FROM (lock) 3
+//	  on a session whose   BEGIN; SELECT (fence, TTL) FROM (lock) WHERE (settings     2
+//	  timeouts are 0         as the settings statement would leave them)
 //	Acquire, strict        BEGIN; SELECT (settings); SELECT (fence, ...) FROM (lock);
 //	                       COMMIT; BEGIN; SELECT (TTL, take over)                      6
 //	Release                COMMIT                                                       1
@@ -207,8 +209,10 @@ var tryStrictQuery = newQuery(
 // statement_timeout and lock_timeout lifted (set to 0 only where they are
 // not 0 already, which spares the common session two settings and, with
 // the flush off, their restore after the grant), and (check) the client
-// connection checked every second (PostgreSQL 14 and later). With the
-// flush off the session's values are kept in fencelock.statement_timeout
+// connection checked every second (PostgreSQL 14 and later; with the
+// flush off set for the session, not SET LOCAL, and only where the session
+// has no interval of its own, so that foldedWaitQuery finds it set on the
+// connection's later waits). With the flush off the session's values are kept in fencelock.statement_timeout
 // and fencelock.lock_timeout, SET LOCAL like the rest, so any later
 // transaction reads them as the empty string: the restore runs only in the
 // transaction that saved them. The lock is taken in a subquery (OFFSET 0
@@ -222,7 +226,9 @@ var tryStrictQuery = newQuery(
 // timeouts are SET LOCAL in the first transaction, so the lease's
 // transaction has the session's own.
 //
-// Not strict, results: BEGIN; (settings); (fence, restored timeouts).
+// Not strict, results: BEGIN; (settings); (fence, restored timeouts):
+// the second column NULL when nothing was lifted (then the connection's
+// next wait sends foldedWaitQuery).
 func waitQuery(strict, check bool) *query {
 	return waitQueries[strict][check]
 }
