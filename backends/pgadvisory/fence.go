@@ -80,7 +80,7 @@ package pgadvisory
 //	TryAcquire, strict     BEGIN; SELECT (try lock, fence, WAL message); COMMIT;
 //	                       BEGIN; SELECT (TTL, take over)                               5
 //	Acquire, flush off     BEGIN; SELECT (settings); SELECT (fence, restore) FROM (lock) 3
-//	  on a session whose   BEGIN; SELECT (fence, TTL) FROM (lock) WHERE (settings     2
+//	  on a session whose   BEGIN; SELECT (fence) FROM (TTL, lock) WHERE (settings     2
 //	  timeouts are 0         as the settings statement would leave them)
 //	Acquire, strict        BEGIN; SELECT (settings); SELECT (fence, ...) FROM (lock);
 //	                       COMMIT; BEGIN; SELECT (TTL, take over)                      6
@@ -285,9 +285,11 @@ func newWaitQuery(strict, check bool) *query {
 // wait; otherwise it returns no row, having taken nothing. The settings
 // must hold before the statement starts, not within it: the server arms
 // the statement timeout and the client check when a statement starts. The
-// TTL is set after the grant; a waiting session is not idle.
+// subquery sets the TTL, then waits (its select list runs in order, and its
+// volatile columns are kept although the outer query reads neither), so
+// that after the grant the session runs only pg_current_xact_id().
 //
-// Results: BEGIN; (fence, TTL setting), or no row when a setting was off.
+// Results: BEGIN; (fence), or no row when a setting was off.
 func foldedWaitQuery(check bool) *query { return foldedWaitQueries[check] }
 
 var foldedWaitQueries = map[bool]*query{false: newFoldedWaitQuery(false), true: newFoldedWaitQuery(true)}
@@ -299,8 +301,8 @@ func newFoldedWaitQuery(check bool) *query {
 	}
 	return newQuery(
 		"BEGIN", nil,
-		"SELECT pg_current_xact_id()::text, set_config('idle_in_transaction_session_timeout', $1::text, true)"+
-			" FROM (SELECT pg_advisory_xact_lock($2::bigint) OFFSET 0) AS w"+
+		"SELECT pg_current_xact_id()::text"+
+			" FROM (SELECT set_config('idle_in_transaction_session_timeout', $1::text, true), pg_advisory_xact_lock($2::bigint) OFFSET 0) AS w"+
 			" WHERE current_setting('statement_timeout') = '0' AND current_setting('lock_timeout') = '0'"+chk, []int{argTTL, argKey},
 	)
 }

@@ -1,6 +1,7 @@
 package pgadvisory_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -50,15 +51,14 @@ func TestTimeoutsRestoredPerWait(t *testing.T) {
 // transaction sees them.
 func waitedTimeouts(e *env, a, b *fencelock.Client, name string) (st, lt string) {
 	e.t.Helper()
-	st, lt, _ = waitedSettings(e, a, b, name, 0)
-	return st, lt
+	v := waitedSettings(e, a, b, name, 0, "statement_timeout", "lock_timeout")
+	return v[0], v[1]
 }
 
 // waitedSettings has b wait in the server's queue for name while a holds
-// it for at least hold after b queued, and returns statement_timeout,
-// lock_timeout and client_connection_check_interval as b's lease's
-// transaction sees them.
-func waitedSettings(e *env, a, b *fencelock.Client, name string, hold time.Duration) (st, lt, chk string) {
+// it for at least hold after b queued, and returns the settings named as
+// b's lease's transaction sees them.
+func waitedSettings(e *env, a, b *fencelock.Client, name string, hold time.Duration, settings ...string) []string {
 	e.t.Helper()
 	l1, err := a.TryAcquire(e.ctx, name, opts(30*time.Second, false))
 	if err != nil {
@@ -84,10 +84,11 @@ func waitedSettings(e *env, a, b *fencelock.Client, name string, hold time.Durat
 	if !ok {
 		e.t.Fatal("Tx: false")
 	}
-	if err := tx.QueryRow(e.ctx, "SELECT current_setting('statement_timeout'), current_setting('lock_timeout'), current_setting('client_connection_check_interval')").Scan(&st, &lt, &chk); err != nil {
+	var v []string
+	if err := tx.QueryRow(e.ctx, "SELECT array_agg(current_setting(s) ORDER BY i) FROM unnest($1::text[]) WITH ORDINALITY AS t(s, i)", settings).Scan(&v); err != nil {
 		e.t.Fatal(err)
 	}
-	return st, lt, chk
+	return v
 }
 
 // TestWaitAfterSettingsChange: with the fence flush off, a session whose
@@ -96,7 +97,8 @@ func waitedSettings(e *env, a, b *fencelock.Client, name string, hold time.Durat
 // statement_timeout, lock_timeout or client_connection_check_interval
 // were changed since (here by a SET on the pool's one connection), the
 // wait still outlasts the timeouts, has the client check on, and the
-// lease's transaction sees the session's own timeouts.
+// lease's transaction sees the session's own timeouts; and the folded
+// wait (no SET) has them too, with the TTL set.
 func TestWaitAfterSettingsChange(t *testing.T) {
 	e := newEnv(t)
 	a, b := e.client("fence_flush=false"), e.client("pool_max_conns=1&fence_flush=false")
@@ -105,18 +107,22 @@ func TestWaitAfterSettingsChange(t *testing.T) {
 		t.Fatal("Client.As(**pgxpool.Pool): false")
 	}
 	name := e.name()
+	settings := []string{"statement_timeout", "lock_timeout", "client_connection_check_interval", "idle_in_transaction_session_timeout"}
 	for _, c := range []struct{ set, st, lt string }{
+		{"", "0", "0"}, // the folded wait itself
 		{"SET statement_timeout = '50ms'", "50ms", "0"},
 		{"SET lock_timeout = '50ms'", "0", "50ms"},
 		{"SET client_connection_check_interval = 0", "0", "0"},
 	} {
 		waitedTimeouts(e, a, b, name) // timeouts 0: the next wait folds
-		if _, err := pool.Exec(e.ctx, c.set); err != nil {
-			t.Fatal(err)
+		if c.set != "" {
+			if _, err := pool.Exec(e.ctx, c.set); err != nil {
+				t.Fatal(err)
+			}
 		}
-		st, lt, chk := waitedSettings(e, a, b, name, 200*time.Millisecond)
-		if st != c.st || lt != c.lt || chk != "1s" {
-			t.Fatalf("after %q, in the lease's transaction statement_timeout=%s lock_timeout=%s client_connection_check_interval=%s, want %s, %s, 1s", c.set, st, lt, chk, c.st, c.lt)
+		got := waitedSettings(e, a, b, name, 200*time.Millisecond, settings...)
+		if want := []string{c.st, c.lt, "1s", "30s"}; !slices.Equal(got, want) {
+			t.Fatalf("after %q, in the lease's transaction %v = %v, want %v", c.set, settings, got, want)
 		}
 		if _, err := pool.Exec(e.ctx, "RESET statement_timeout; RESET lock_timeout"); err != nil {
 			t.Fatal(err)
