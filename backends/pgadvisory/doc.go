@@ -73,9 +73,10 @@
 // uncontended; every fence still costs a transaction ID, whose COMMIT
 // writes a WAL record that raw pgx's lock transaction does not. With 8
 // clients contending on one name a hand-off takes the same round trips as
-// raw pgx's, and the grants run at about 0.7× raw pgx's rate on a 2-core
-// VM (the transaction ID, the TTL and timeout settings, and client work
-// per grant; the measurements are in fence.go).
+// raw pgx's, and the grants run at 0.7–0.9× raw pgx's rate on a 2-core
+// VM, by the measure (about the rate of raw pgx taking a transaction ID
+// with the lock: the transaction ID, and client work per grant; the
+// measurements are in fence.go).
 //
 // # A broken connection
 //
