@@ -98,10 +98,17 @@ func waitedSettings(e *env, a, b *fencelock.Client, name string, hold time.Durat
 // were changed since (here by a SET on the pool's one connection), the
 // wait still outlasts the timeouts, has the client check on, and the
 // lease's transaction sees the session's own timeouts; and the folded
-// wait (no SET) has them too, with the TTL set.
+// wait (no SET) has them too, with the TTL set. With prepared statements,
+// as one simple query, and with labels (whose statement precedes BEGIN).
 func TestWaitAfterSettingsChange(t *testing.T) {
+	for _, mode := range []string{"", "&default_query_exec_mode=simple_protocol", "&label_app_name=true"} {
+		t.Run("params="+mode, func(t *testing.T) { waitAfterSettingsChange(t, mode) })
+	}
+}
+
+func waitAfterSettingsChange(t *testing.T, mode string) {
 	e := newEnv(t)
-	a, b := e.client("fence_flush=false"), e.client("pool_max_conns=1&fence_flush=false")
+	a, b := e.client("fence_flush=false"), e.client("pool_max_conns=1&fence_flush=false"+mode)
 	var pool *pgxpool.Pool
 	if !b.As(&pool) {
 		t.Fatal("Client.As(**pgxpool.Pool): false")
