@@ -52,6 +52,11 @@
 // to it, and a renewal is one statement on the lease's connection. The minimum
 // TTL is 10 ms, [MaxTTL] about 24.8 days. Blocked Acquires wait in the server's
 // own lock queue (FIFO) and are granted the moment the holder commits.
+// A wait lifts statement_timeout and lock_timeout for itself and has the
+// server check every second that its client is still there; with
+// fence_flush=false that check (client_connection_check_interval = 1s,
+// PostgreSQL 14 and later) is set for the pool connection's session, where
+// it had none, and stays for its later users.
 //
 // What the default costs: each grant waits for one WAL flush, and its
 // round trip runs two transactions, the fence's (flushed) and the
@@ -68,9 +73,10 @@
 // uncontended; every fence still costs a transaction ID, whose COMMIT
 // writes a WAL record that raw pgx's lock transaction does not. With 8
 // clients contending on one name a hand-off takes the same round trips as
-// raw pgx's, and the grants run at about 0.7× raw pgx's rate on a 2-core
-// VM (the transaction ID, the TTL and timeout settings, and client work
-// per grant; the measurements are in fence.go).
+// raw pgx's, and the grants run at 0.7–0.9× raw pgx's rate on a 2-core
+// VM, by the measure (about the rate of raw pgx taking a transaction ID
+// with the lock: the transaction ID, and client work per grant; the
+// measurements are in fence.go).
 //
 // # A broken connection
 //

@@ -38,6 +38,8 @@ var (
 	// waitQuery, not strict: BEGIN; SELECT (settings); SELECT (fence,
 	// restored timeouts) FROM (lock).
 	waitLayout = layout{results: 3, lastCols: 2, fence: cell{2, 0}}
+	// foldedWaitQuery: BEGIN; SELECT (fence), or no row.
+	foldedWaitLayout = layout{results: 2, lastCols: 1, fence: cell{1, 0}}
 )
 
 // fenceIn checks the results rs of a batch of layout l and returns its

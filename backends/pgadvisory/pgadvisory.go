@@ -494,20 +494,7 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 		return nil, time.Time{}, err
 	}
 	defer b.markWaiting(pc)()
-	pg := pc.Conn().PgConn()
-	q := waitQuery(b.strict, serverMajor(pg.ParameterStatus("server_version")) >= 14)
-	lay := waitLayout
-	if b.strict {
-		lay = waitStrictLayout
-	}
-	label := b.label(req)
-	run, err := b.send(ctx, pc, label, q, grantArgs(key, ms)...)
-	var rs []*pgconn.Result
-	var sent time.Time
-	if err == nil {
-		rs, sent, err = execWait(ctx, pg, run)
-		rs = dropLabelResult(label, rs)
-	}
+	rs, lay, sent, err := b.wait(ctx, pc, b.label(req), grantArgs(key, ms))
 	if ctx.Err() != nil {
 		// Granted or not, nothing may stay held: closing the connection ends
 		// the session (and keeps a late cancel request from reaching a
@@ -529,6 +516,61 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 	}
 	return restartTTL(ctx, l, req.TTL, sent)
 }
+
+// wait sends the wait query on pc (label's statement first, if any) and
+// returns its results, their layout, and when it was sent. With the fence
+// flush off, on a connection whose last wait found the session's
+// statement_timeout and lock_timeout at 0 (foldWait), it sends
+// foldedWaitQuery; if that finds a setting changed since (it then took
+// nothing), it rolls back and sends waitQuery.
+func (b *backend) wait(ctx context.Context, pc *pgxpool.Conn, label string, args []string) ([]*pgconn.Result, layout, time.Time, error) {
+	pg := pc.Conn().PgConn()
+	check := serverMajor(pg.ParameterStatus("server_version")) >= 14
+	folded := !b.strict && foldWait(pg)
+	q, lay := waitQuery(b.strict, check), waitLayout
+	switch {
+	case b.strict:
+		lay = waitStrictLayout
+	case folded:
+		q, lay = foldedWaitQuery(check), foldedWaitLayout
+	}
+	run, err := b.send(ctx, pc, label, q, args...)
+	if err != nil {
+		return nil, lay, time.Time{}, err
+	}
+	rs, sent, err := execWait(ctx, pg, run)
+	rs = dropLabelResult(label, rs)
+	if err != nil || b.strict || ctx.Err() != nil {
+		return rs, lay, sent, err
+	}
+	if !folded {
+		// The restore column is NULL when nothing was lifted: both
+		// timeouts were 0, and the check interval is now set.
+		setFoldWait(pg, resultErr(rs, lay.results, lay.lastCols) == nil && rs[2].Rows[0][1] == nil)
+		return rs, lay, sent, nil
+	}
+	if resultErr(rs, lay.results, 0) != nil || len(rs[1].Rows) != 0 {
+		return rs, lay, sent, nil
+	}
+	setFoldWait(pg, false)
+	if err := pg.Exec(ctx, "ROLLBACK").Close(); err != nil {
+		return nil, lay, sent, err
+	}
+	return b.wait(ctx, pc, label, args)
+}
+
+// foldWaitKey is the key, in a connection's pgconn CustomData, of whether
+// the last wait on it found the session needing no settings lifted: then
+// the next wait sends foldedWaitQuery, which checks that again itself. A
+// new connection (a new PgConn) starts without it.
+const foldWaitKey = "fencelock.foldWait"
+
+func foldWait(pg *pgconn.PgConn) bool {
+	v, _ := pg.CustomData()[foldWaitKey].(bool)
+	return v
+}
+
+func setFoldWait(pg *pgconn.PgConn, v bool) { pg.CustomData()[foldWaitKey] = v }
 
 // markWaiting counts pc among the connections waiting in the server's
 // queue until the returned func is called.

@@ -94,10 +94,24 @@ func (q *query) text(args ...string) string {
 }
 
 // prepared reports whether grants on c use prepared statements (see
-// atop this file).
+// atop this file). The exec mode is read once per connection and kept in
+// its pgconn CustomData: c.Config() copies the whole configuration.
 func prepared(c *pgx.Conn, labels bool) bool {
-	return !labels && c.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+	if labels {
+		return false
+	}
+	data := c.PgConn().CustomData()
+	v, ok := data[preparedKey].(bool)
+	if !ok {
+		v = c.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+		data[preparedKey] = v
+	}
+	return v
 }
+
+// preparedKey is the key of prepared's answer in a connection's pgconn
+// CustomData.
+const preparedKey = "fencelock.prepared"
 
 // batch prepares q's statements on c (once per connection: pgx keeps
 // them) and returns the pipeline that binds and executes them with args.

@@ -69,9 +69,10 @@ func TestGrantProtocol(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// BEGIN (shared), try, and wait: 4; strict, BEGIN, COMMIT, try (2),
-			// wait (3): 7.
-			want := map[bool]int{false: 4, true: 7}[strict]
+			// BEGIN (shared), try, wait (2) and the folded wait of the
+			// connection's second Acquire (1): 5; strict, BEGIN, COMMIT,
+			// try (2), wait (3): 7.
+			want := map[bool]int{false: 5, true: 7}[strict]
 			if !tc.prepared {
 				want = 0
 			}

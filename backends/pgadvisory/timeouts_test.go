@@ -1,6 +1,7 @@
 package pgadvisory_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -50,12 +51,23 @@ func TestTimeoutsRestoredPerWait(t *testing.T) {
 // transaction sees them.
 func waitedTimeouts(e *env, a, b *fencelock.Client, name string) (st, lt string) {
 	e.t.Helper()
+	v := waitedSettings(e, a, b, name, 0, "statement_timeout", "lock_timeout")
+	return v[0], v[1]
+}
+
+// waitedSettings has b wait in the server's queue for name while a holds
+// it for at least hold after b queued, and returns the settings named as
+// b's lease's transaction sees them.
+func waitedSettings(e *env, a, b *fencelock.Client, name string, hold time.Duration, settings ...string) []string {
+	e.t.Helper()
 	l1, err := a.TryAcquire(e.ctx, name, opts(30*time.Second, false))
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	got := acquireAsync(e.ctx, b, name, opts(30*time.Second, false))
 	e.waitFor(5*time.Second, "waiter queued", func() (bool, error) { n, err := e.waiters(pgadvisory.Key(name)); return n == 1, err })
+	// The wait must outlast the timeouts under test: nothing to signal.
+	time.Sleep(hold)
 	if err := l1.Release(e.ctx); err != nil {
 		e.t.Fatal(err)
 	}
@@ -72,8 +84,55 @@ func waitedTimeouts(e *env, a, b *fencelock.Client, name string) (st, lt string)
 	if !ok {
 		e.t.Fatal("Tx: false")
 	}
-	if err := tx.QueryRow(e.ctx, "SELECT current_setting('statement_timeout'), current_setting('lock_timeout')").Scan(&st, &lt); err != nil {
+	var v []string
+	if err := tx.QueryRow(e.ctx, "SELECT array_agg(current_setting(s) ORDER BY i) FROM unnest($1::text[]) WITH ORDINALITY AS t(s, i)", settings).Scan(&v); err != nil {
 		e.t.Fatal(err)
 	}
-	return st, lt
+	return v
+}
+
+// TestWaitAfterSettingsChange: with the fence flush off, a session whose
+// last wait found its timeouts at 0 folds the next wait's settings into
+// the lock's statement (foldedWaitQuery); when the session's
+// statement_timeout, lock_timeout or client_connection_check_interval
+// were changed since (here by a SET on the pool's one connection), the
+// wait still outlasts the timeouts, has the client check on, and the
+// lease's transaction sees the session's own timeouts; and the folded
+// wait (no SET) has them too, with the TTL set. With prepared statements,
+// as one simple query, and with labels (whose statement precedes BEGIN).
+func TestWaitAfterSettingsChange(t *testing.T) {
+	for _, mode := range []string{"", "&default_query_exec_mode=simple_protocol", "&label_app_name=true"} {
+		t.Run("params="+mode, func(t *testing.T) { waitAfterSettingsChange(t, mode) })
+	}
+}
+
+func waitAfterSettingsChange(t *testing.T, mode string) {
+	e := newEnv(t)
+	a, b := e.client("fence_flush=false"), e.client("pool_max_conns=1&fence_flush=false"+mode)
+	var pool *pgxpool.Pool
+	if !b.As(&pool) {
+		t.Fatal("Client.As(**pgxpool.Pool): false")
+	}
+	name := e.name()
+	settings := []string{"statement_timeout", "lock_timeout", "client_connection_check_interval", "idle_in_transaction_session_timeout"}
+	for _, c := range []struct{ set, st, lt string }{
+		{"", "0", "0"}, // the folded wait itself
+		{"SET statement_timeout = '50ms'", "50ms", "0"},
+		{"SET lock_timeout = '50ms'", "0", "50ms"},
+		{"SET client_connection_check_interval = 0", "0", "0"},
+	} {
+		waitedTimeouts(e, a, b, name) // timeouts 0: the next wait folds
+		if c.set != "" {
+			if _, err := pool.Exec(e.ctx, c.set); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := waitedSettings(e, a, b, name, 200*time.Millisecond, settings...)
+		if want := []string{c.st, c.lt, "1s", "30s"}; !slices.Equal(got, want) {
+			t.Fatalf("after %q, in the lease's transaction %v = %v, want %v", c.set, settings, got, want)
+		}
+		if _, err := pool.Exec(e.ctx, "RESET statement_timeout; RESET lock_timeout"); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
