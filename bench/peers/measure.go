@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -72,30 +71,6 @@ func acquire(ctx context.Context, l Lock, key string) (Unlock, error) {
 		err = fmt.Errorf("uncontended key %q is held", key)
 	}
 	return u, err
-}
-
-// uncontended times n acquire+release pairs on one client, and counts
-// the heap allocations of the whole process per pair.
-func uncontended(ctx context.Context, l Lock, key string, n int, s sample) error {
-	lat := make([]time.Duration, 0, n)
-	var m0, m1 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	for range n {
-		t0 := time.Now()
-		u, err := acquire(ctx, l, key)
-		if err != nil {
-			return fmt.Errorf("acquire: %w", err)
-		}
-		if err := u(ctx); err != nil {
-			return fmt.Errorf("release: %w", err)
-		}
-		lat = append(lat, time.Since(t0))
-	}
-	runtime.ReadMemStats(&m1)
-	s[MUncontP50] = us(pct(lat, 0.5))
-	s[MUncontP99] = us(pct(lat, 0.99))
-	s[MAllocs] = float64(m1.Mallocs-m0.Mallocs) / float64(n)
-	return nil
 }
 
 type grant struct {

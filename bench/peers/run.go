@@ -149,16 +149,18 @@ func closeFloors(floors []*floorRun) {
 	}
 }
 
-// runRound runs round number round: every implementation's chunk in
-// turn, then every floor.
+// runRound runs round number round: the uncontended measure of every
+// store's implementations side by side, then every implementation's
+// chunk in turn, then every floor.
 func runRound(ctx context.Context, env *Env, cfg Config, round int, runs []*implRun, floors []*floorRun) {
+	unc := uncontendedRound(ctx, env, cfg, round, runs)
 	for i, im := range env.Impls {
 		r := runs[i]
-		if len(r.clients) != cfg.Counts.Workers+1 {
+		if unc[i] == nil {
 			continue
 		}
 		t0 := time.Now()
-		s, err := chunk(ctx, r.clients, im.Server, keyBase(im.ID, round), cfg)
+		s, err := chunk(ctx, r.clients, im.Server, keyBase(im.ID, round), cfg, unc[i])
 		if err != nil {
 			r.errs = append(r.errs, fmt.Sprintf("round %d: %v", round, err))
 			cfg.logf("round %d %-30s ERROR %v", round, im.ID, err)
@@ -189,15 +191,12 @@ func keyBase(id string, round int) string {
 	return fmt.Sprintf("peers-%s-r%d", strings.NewReplacer("/", "-", ".", "-").Replace(id), round)
 }
 
-// chunk runs every measure of one implementation once.
-func chunk(ctx context.Context, cs clients, server func() []int, key string, cfg Config) (sample, error) {
+// chunk runs every measure of one implementation once but the
+// uncontended one (see uncontendedStore), adding them to s.
+func chunk(ctx context.Context, cs clients, server func() []int, key string, cfg Config, s sample) (sample, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.ChunkTimeout)
 	defer cancel()
 	c := cfg.Counts
-	s := sample{}
-	if err := uncontended(ctx, cs[0], key+"-u", c.Uncontended, s); err != nil {
-		return nil, fmt.Errorf("uncontended: %w", err)
-	}
 	if err := handoff(ctx, cs[0], cs[1], key+"-h", c.Handoffs, c.Settle, s); err != nil {
 		return nil, fmt.Errorf("hand-off: %w", err)
 	}
