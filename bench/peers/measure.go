@@ -79,40 +79,6 @@ type grant struct {
 	err error
 }
 
-// handoff times, n times: the holder's release call starts → the blocked
-// waiter (another client) holds.
-func handoff(ctx context.Context, holder, waiter Lock, key string, n int, settle time.Duration, s sample) error {
-	lat := make([]time.Duration, 0, n)
-	for range n {
-		u, err := holder.Wait(ctx, key)
-		if err != nil {
-			return fmt.Errorf("holder: %w", err)
-		}
-		ch := make(chan grant, 1)
-		go func() {
-			w, err := waiter.Wait(ctx, key)
-			ch <- grant{w, time.Now(), err}
-		}()
-		time.Sleep(settle) // no signal says a waiter is blocked in the store
-		t0 := time.Now()
-		err = u(ctx)
-		g := <-ch
-		if err != nil || g.err != nil {
-			if g.err == nil {
-				_ = g.u(ctx)
-			}
-			return fmt.Errorf("release %v, waiter %v", err, g.err)
-		}
-		lat = append(lat, g.at.Sub(t0))
-		if err := g.u(ctx); err != nil {
-			return fmt.Errorf("waiter release: %w", err)
-		}
-	}
-	s[MHandoffP50] = us(pct(lat, 0.5))
-	s[MHandoffP99] = us(pct(lat, 0.99))
-	return nil
-}
-
 // drain times, n times: the holder's release call starts → every one of
 // the waiters has held once (each releases at once).
 func drain(ctx context.Context, holder Lock, waiters []Lock, key string, n int, settle time.Duration, s sample) error {

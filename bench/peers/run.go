@@ -149,18 +149,18 @@ func closeFloors(floors []*floorRun) {
 	}
 }
 
-// runRound runs round number round: the uncontended measure of every
-// store's implementations side by side, then every implementation's
+// runRound runs round number round: the uncontended and hand-off
+// measures of every store's implementations side by side, then every implementation's
 // chunk in turn, then every floor.
 func runRound(ctx context.Context, env *Env, cfg Config, round int, runs []*implRun, floors []*floorRun) {
-	unc := uncontendedRound(ctx, env, cfg, round, runs)
+	side := sideBySide(ctx, env, cfg, round, runs)
 	for i, im := range env.Impls {
 		r := runs[i]
-		if unc[i] == nil {
+		if side[i] == nil {
 			continue
 		}
 		t0 := time.Now()
-		s, err := chunk(ctx, r.clients, im.Server, keyBase(im.ID, round), cfg, unc[i])
+		s, err := chunk(ctx, r.clients, im.Server, keyBase(im.ID, round), cfg, side[i])
 		if err != nil {
 			r.errs = append(r.errs, fmt.Sprintf("round %d: %v", round, err))
 			cfg.logf("round %d %-30s ERROR %v", round, im.ID, err)
@@ -191,15 +191,12 @@ func keyBase(id string, round int) string {
 	return fmt.Sprintf("peers-%s-r%d", strings.NewReplacer("/", "-", ".", "-").Replace(id), round)
 }
 
-// chunk runs every measure of one implementation once but the
-// uncontended one (see uncontendedStore), adding them to s.
+// chunk runs the rest of one implementation's measures once (drain and
+// contention; see sideBySide for the others), adding them to s.
 func chunk(ctx context.Context, cs clients, server func() []int, key string, cfg Config, s sample) (sample, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.ChunkTimeout)
 	defer cancel()
 	c := cfg.Counts
-	if err := handoff(ctx, cs[0], cs[1], key+"-h", c.Handoffs, c.Settle, s); err != nil {
-		return nil, fmt.Errorf("hand-off: %w", err)
-	}
 	if err := drain(ctx, cs[0], cs[1:], key+"-d", c.Drains, c.Settle, s); err != nil {
 		return nil, fmt.Errorf("drain: %w", err)
 	}

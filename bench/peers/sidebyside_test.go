@@ -55,12 +55,13 @@ func runsOfLog(log []string) string {
 // of uncontendedBatch pairs, the first turn rotating, and every one
 // runs all n pairs.
 func TestInterleaveTakesTurns(t *testing.T) {
+	n := 2*uncontendedBatch + uncontendedBatch/2
 	var log []string
 	a := &turnLock{name: "a", log: &log}
 	b := &turnLock{name: "b", log: &log}
-	runs := []*uncontendedRun{{l: a, key: "k"}, {l: b, key: "k"}}
-	n := 2*uncontendedBatch + uncontendedBatch/2
-	interleave(t.Context(), time.Minute, runs, n)
+	sa, sb := sample{}, sample{}
+	runs := []*turn{uncontendedTurn(a, "k", n, sa), uncontendedTurn(b, "k", n, sb)}
+	interleave(t.Context(), time.Minute, runs, n, uncontendedBatch)
 	// Turns a b, then b a (rotated), then a b of half a batch: the log's
 	// runs merge the neighbours.
 	want := fmt.Sprintf("a×%d b×%d a×%d b×%d", uncontendedBatch, 2*uncontendedBatch,
@@ -68,12 +69,14 @@ func TestInterleaveTakesTurns(t *testing.T) {
 	if got := runsOfLog(log); got != want {
 		t.Fatalf("turns: %s, want %s", got, want)
 	}
-	for _, r := range runs {
-		if r.err != nil || len(r.lat) != n {
-			t.Fatalf("run: err %v, %d pairs timed, want %d", r.err, len(r.lat), n)
+	for i, r := range runs {
+		if r.err != nil {
+			t.Fatalf("run %d: %v", i, r.err)
 		}
-		if s := r.sample(); s[MUncontP50] <= 0 || s[MUncontP99] < s[MUncontP50] {
-			t.Fatalf("sample %v", s)
+	}
+	for _, s := range []sample{sa, sb} {
+		if s[MUncontP50] <= 0 || s[MUncontP99] < s[MUncontP50] {
+			t.Fatalf("sample %v: want p50 > 0 and p99 ≥ p50", s)
 		}
 	}
 }
@@ -84,17 +87,21 @@ func TestInterleaveFailureStopsOnlyThatRun(t *testing.T) {
 	var log []string
 	a := &turnLock{name: "a", log: &log, failAfter: uncontendedBatch + 3}
 	b := &turnLock{name: "b", log: &log}
-	runs := []*uncontendedRun{{l: a, key: "k"}, {l: b, key: "k"}}
 	n := 3 * uncontendedBatch
-	interleave(t.Context(), time.Minute, runs, n)
+	sa, sb := sample{}, sample{}
+	runs := []*turn{uncontendedTurn(a, "k", n, sa), uncontendedTurn(b, "k", n, sb)}
+	interleave(t.Context(), time.Minute, runs, n, uncontendedBatch)
 	if !errors.Is(runs[0].err, errTurn) {
 		t.Fatalf("failed run's error %v", runs[0].err)
 	}
 	if a.n != uncontendedBatch+4 {
 		t.Fatalf("the failed run was tried %d times, want %d (no turn after the failure)", a.n, uncontendedBatch+4)
 	}
-	if runs[1].err != nil || len(runs[1].lat) != n {
-		t.Fatalf("other run: err %v, %d pairs", runs[1].err, len(runs[1].lat))
+	if runs[1].err != nil || b.n != n || sb[MUncontP50] <= 0 {
+		t.Fatalf("other run: err %v, %d pairs, sample %v", runs[1].err, b.n, sb)
+	}
+	if len(sa) != 0 {
+		t.Fatalf("the failed run wrote a sample: %v", sa)
 	}
 	if got := slices.Index(log, "b"); got != uncontendedBatch {
 		t.Fatalf("b's first pair at %d, want %d", got, uncontendedBatch)
