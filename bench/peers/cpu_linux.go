@@ -21,13 +21,42 @@ func processCPU() time.Duration {
 // every Linux build that matters).
 const clockTick = 10 * time.Millisecond
 
-// serverCPU is the user + system CPU time of the processes pids and of
-// their live children (PostgreSQL serves each connection from a child of
-// the postmaster), from /proc; ok is false if none could be read.
+// serverCPU is the user + system CPU time of the processes pids, of their
+// live children (PostgreSQL serves each connection from a child of the
+// postmaster) and of their children that exited and were reaped (a session
+// closed mid-run, a cancel request's short-lived process: without them
+// the sum could shrink over a run), from /proc; ok is false if none could
+// be read.
+//
+// A child reaped while /proc is being read could be missed (read after it
+// was reaped, its parent before) or counted twice, so a scan during which
+// a parent's reaped-children time moved is done again.
 func serverCPU(pids []int) (d time.Duration, ok bool) {
 	if len(pids) == 0 {
 		return 0, false
 	}
+	for range 5 {
+		r0 := reapedCPU(pids)
+		d, ok = scanCPU(pids)
+		if reapedCPU(pids) == r0 {
+			break
+		}
+	}
+	return d, ok
+}
+
+// reapedCPU is the CPU time of the reaped children of pids.
+func reapedCPU(pids []int) (d time.Duration) {
+	for _, p := range pids {
+		if _, _, r, err := procStat(p); err == nil {
+			d += r
+		}
+	}
+	return d
+}
+
+// scanCPU is one read of /proc for serverCPU.
+func scanCPU(pids []int) (d time.Duration, ok bool) {
 	want := map[int]bool{}
 	for _, p := range pids {
 		want[p] = true
@@ -41,39 +70,47 @@ func serverCPU(pids []int) (d time.Duration, ok bool) {
 		if err != nil {
 			continue
 		}
-		ppid, cpu, err := procStat(pid)
-		if err != nil || (!want[pid] && !want[ppid]) {
+		ppid, cpu, reaped, err := procStat(pid)
+		switch {
+		case err != nil:
+			continue
+		case want[pid]:
+			d += cpu + reaped
+		case want[ppid]:
+			d += cpu
+		default:
 			continue
 		}
-		d += cpu
 		ok = true
 	}
 	return d, ok
 }
 
 // procStat reads a process's parent and CPU time (utime + stime) from
-// /proc/<pid>/stat.
-func procStat(pid int) (ppid int, cpu time.Duration, err error) {
+// /proc/<pid>/stat, and that of its reaped children (cutime + cstime).
+func procStat(pid int) (ppid int, cpu, reaped time.Duration, err error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	// The command name (field 2) is in parentheses and may hold spaces:
 	// the fields after it start after the last ')'.
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0, 0, os.ErrInvalid
+	if len(f) < 15 {
+		return 0, 0, 0, os.ErrInvalid
 	}
-	// f[0] is field 3 (state): ppid is field 4, utime 14, stime 15.
+	// f[0] is field 3 (state): ppid is field 4, utime 14, stime 15,
+	// cutime 16, cstime 17.
 	ppid, err = strconv.Atoi(f[1])
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, 0, os.ErrInvalid
+	var t [4]int64
+	for i := range t {
+		if t[i], err = strconv.ParseInt(f[11+i], 10, 64); err != nil {
+			return 0, 0, 0, os.ErrInvalid
+		}
 	}
-	return ppid, time.Duration(ut+st) * clockTick, nil
+	return ppid, time.Duration(t[0]+t[1]) * clockTick, time.Duration(t[2]+t[3]) * clockTick, nil
 }

@@ -26,22 +26,23 @@ type sample map[string]float64
 
 // Metric names (the JSON keys of Impl.Metrics).
 const (
-	MUncontP50   = "acquire_release_p50_us"
-	MUncontP99   = "acquire_release_p99_us"
-	MAllocs      = "allocs_per_op"
-	MHandoffP50  = "handoff_p50_us"
-	MHandoffP99  = "handoff_p99_us"
-	MDrain       = "drain8_ms"
-	MThroughput  = "contended_per_s"
-	MWorstWait   = "contended_worst_wait_ms"
-	MWorkerMin   = "contended_worker_min"
-	MWorkerMax   = "contended_worker_max"
-	MWorkerRatio = "contended_worker_max_over_min"
-	MRegrab      = "contended_regrab_pct"
-	MClientCPU   = "contended_client_cpu_us"
-	MServerCPU   = "contended_server_cpu_us"
-	MFloorP50    = "p50_us"
-	MFloorP99    = "p99_us"
+	MUncontP50    = "acquire_release_p50_us"
+	MUncontP99    = "acquire_release_p99_us"
+	MAllocs       = "allocs_per_op"
+	MHandoffP50   = "handoff_p50_us"
+	MHandoffP99   = "handoff_p99_us"
+	MDrain        = "drain8_ms"
+	MThroughput   = "contended_per_s"
+	MWorstWait    = "contended_worst_wait_ms"
+	MCutoffReturn = "contended_cutoff_return_ms"
+	MWorkerMin    = "contended_worker_min"
+	MWorkerMax    = "contended_worker_max"
+	MWorkerRatio  = "contended_worker_max_over_min"
+	MRegrab       = "contended_regrab_pct"
+	MClientCPU    = "contended_client_cpu_us"
+	MServerCPU    = "contended_server_cpu_us"
+	MFloorP50     = "p50_us"
+	MFloorP99     = "p99_us"
 )
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
@@ -134,7 +135,8 @@ func contend(ctx context.Context, workers []Lock, server func() []int, key strin
 		last    atomic.Int64 // worker index+1 of the previous grant
 		regrabs atomic.Int64
 		mu      sync.Mutex
-		worst   time.Duration
+		worst   time.Duration // the longest wait, up to the run's end
+		cut     time.Duration // the longest return of a wait the end cut off
 		counts  = make([]int, len(workers))
 		errs    []error
 		wg      sync.WaitGroup
@@ -145,21 +147,25 @@ func contend(ctx context.Context, workers []Lock, server func() []int, key strin
 	}
 	srv0, srvOK := serverCPU(pids)
 	start, cpu0 := time.Now(), processCPU()
+	end, _ := rctx.Deadline()
 	for i, w := range workers {
 		wg.Go(func() {
-			var myWorst time.Duration
+			var myWorst, myCut time.Duration
 			var err error
 			for rctx.Err() == nil {
 				t0 := time.Now()
 				var u Unlock
 				u, err = w.Wait(rctx, key)
-				myWorst = max(myWorst, time.Since(t0))
 				if err != nil {
 					if rctx.Err() != nil {
-						err = nil
+						// Cut off by the run's end: it waited until
+						// the end, and then took cut to return.
+						myWorst = max(myWorst, end.Sub(t0))
+						myCut, err = time.Since(end), nil
 					}
 					break
 				}
+				myWorst = max(myWorst, min(time.Since(t0), end.Sub(t0))) // a grant after the end waited until the end
 				counts[i]++
 				if last.Swap(int64(i+1)) == int64(i+1) {
 					regrabs.Add(1)
@@ -170,7 +176,7 @@ func contend(ctx context.Context, workers []Lock, server func() []int, key strin
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			worst = max(worst, myWorst)
+			worst, cut = max(worst, myWorst), max(cut, myCut)
 			errs = append(errs, err)
 		})
 	}
@@ -187,6 +193,7 @@ func contend(ctx context.Context, workers []Lock, server func() []int, key strin
 	lo, hi := slices.Min(counts), slices.Max(counts)
 	s[MThroughput] = float64(total) / elapsed.Seconds()
 	s[MWorstWait] = ms(worst)
+	s[MCutoffReturn] = ms(cut)
 	s[MWorkerMin] = float64(lo)
 	s[MWorkerMax] = float64(hi)
 	s[MWorkerRatio] = float64(hi) / float64(max(lo, 1)) // a starved worker counts as 1

@@ -88,7 +88,7 @@ func TestQuickRun(t *testing.T) {
 				t.Errorf("%s: missing", id)
 				continue
 			}
-			checkImpl(t, store, im)
+			checkImpl(t, store, im, cfg.Counts.Contention)
 		}
 	}
 	if len(got.Impls) != n {
@@ -114,7 +114,7 @@ func TestQuickRun(t *testing.T) {
 	}
 }
 
-func checkImpl(t *testing.T, store string, im ImplResult) {
+func checkImpl(t *testing.T, store string, im ImplResult, contention time.Duration) {
 	t.Helper()
 	if im.Store != store || im.Library == "" || im.Version == "" || im.Notes == "" {
 		t.Errorf("%s: header %+v", im.ID, im)
@@ -153,6 +153,14 @@ func checkImpl(t *testing.T, store string, im ImplResult) {
 		if v, ok := m[MServerCPU]; !ok || v.Median < 0 {
 			t.Errorf("%s: %s = %+v (ok %v), want ≥ 0 on Linux", im.ID, MServerCPU, v, ok)
 		}
+	}
+	// A wait counts until the run's end at most; what a wait cut off by
+	// the end took to return after it is a measure of its own.
+	if w := m[MWorstWait].Max; w > ms(contention) {
+		t.Errorf("%s: worst wait %v ms, longer than the %v run", im.ID, w, contention)
+	}
+	if v, ok := m[MCutoffReturn]; !ok || v.Min < 0 {
+		t.Errorf("%s: %s = %+v (ok %v), want ≥ 0", im.ID, MCutoffReturn, v, ok)
 	}
 	if m[MWorkerMin].Median > m[MWorkerMax].Median {
 		t.Errorf("%s: worker min %v > max %v", im.ID, m[MWorkerMin].Median, m[MWorkerMax].Median)

@@ -38,9 +38,9 @@ func Markdown(w io.Writer, res *Result) {
 			first = false
 		}
 	}
-	p(".\n\nCells: median over rounds (min–max). acq+rel: uncontended acquire+release on one client. hand-off: holder's release call → blocked waiter holds. A store's implementations take turns in both, every %d pairs and every %d hand-offs, so that drift lands on all alike. drain: release → all 8 waiters held once. contended: 8 clients on one key for %s; sections: grants per worker, least–most (max/min); re-grab: grants to the worker that held the previous one; CPU/grant: CPU time per contended grant, of this process (all 8 clients) + of the server processes (median µs; the machine's cores are shared by both, so it bounds contended throughput: cores ÷ CPU per grant). ×: fencelock's median over the best peer's on the same store (acq+rel: lower is better; contended/s: higher is better).\n\n", uncontendedBatch, handoffBatch, res.Counts.Contention)
-	p("| implementation | acq+rel p50 µs | acq+rel p99 µs | allocs/op | hand-off p50 µs | hand-off p99 µs | 8 drained ms | contended /s | worst wait ms | sections min–max | re-grab %% | CPU/grant µs |\n")
-	p("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p(".\n\nCells: median over rounds (min–max). acq+rel: uncontended acquire+release on one client. hand-off: holder's release call → blocked waiter holds. A store's implementations take turns in both, every %d pairs and every %d hand-offs, so that drift lands on all alike. drain: release → all 8 waiters held once. contended: 8 clients on one key for %s; worst wait: the longest wait for a grant (a wait the run's end cut off counts until the end); cut-off return: the longest a cut-off wait took to return after the end (what cancelling a wait costs); sections: grants per worker, least–most (max/min); re-grab: grants to the worker that held the previous one; CPU/grant: CPU time per contended grant, of this process (all 8 clients) + of the server processes (median µs; the machine's cores are shared by both, so it bounds contended throughput: cores ÷ CPU per grant). ×: fencelock's median over the best peer's on the same store (acq+rel: lower is better; contended/s: higher is better).\n\n", uncontendedBatch, handoffBatch, res.Counts.Contention)
+	p("| implementation | acq+rel p50 µs | acq+rel p99 µs | allocs/op | hand-off p50 µs | hand-off p99 µs | 8 drained ms | contended /s | worst wait ms | cut-off return ms | sections min–max | re-grab %% | CPU/grant µs |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, store := range Stores() {
 		for _, im := range res.Impls {
 			if im.Store != store {
@@ -52,7 +52,7 @@ func Markdown(w io.Writer, res *Result) {
 				name = "**" + name + "**"
 			}
 			if len(m) == 0 {
-				p("| %s | failed: %s ||||||||||\n", name, strings.Join(im.Errors, "; "))
+				p("| %s | failed: %s |||||||||||\n", name, strings.Join(im.Errors, "; "))
 				continue
 			}
 			acq := cell(m[MUncontP50], 0)
@@ -65,10 +65,10 @@ func Markdown(w io.Writer, res *Result) {
 					thr += fmt.Sprintf(" **%.2f×**", r)
 				}
 			}
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f–%.0f (%.2f) | %s | %s |\n", name,
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f–%.0f (%.2f) | %s | %s |\n", name,
 				acq, cell(m[MUncontP99], 0), cell(m[MAllocs], 0),
 				cell(m[MHandoffP50], 0), cell(m[MHandoffP99], 0), cell(m[MDrain], 1),
-				thr, cell(m[MWorstWait], 1),
+				thr, cell(m[MWorstWait], 1), cell(m[MCutoffReturn], 1),
 				m[MWorkerMin].Median, m[MWorkerMax].Median, m[MWorkerRatio].Median,
 				cell(m[MRegrab], 1), cpuCell(m))
 		}

@@ -39,7 +39,9 @@ package peers
 // on another client holds), drain8_ms (release → all 8 blocked waiters have
 // held once, each releasing at once), contended_per_s (grants per second, 8
 // clients looping wait+release on one key), contended_worst_wait_ms (longest
-// single wait, a wait cut off by the run's end included),
+// single wait for a grant; a wait cut off by the run's end counts until
+// the end), contended_cutoff_return_ms (the longest a wait cut off by the
+// run's end took to return after it: the cost of a cancelled wait),
 // contended_worker_min/_max (grants of the least and most served worker),
 // contended_worker_max_over_min (a worker with none counts as 1),
 // contended_regrab_pct (grants that went to the worker that held the

@@ -145,14 +145,14 @@ func (d *compareDoc) renderPeers(b *bytes.Buffer) {
 		fmt.Fprintf(b, "Peer numbers were not included in this generation: %v.\n\n", d.peersErr)
 		return
 	}
-	fmt.Fprintf(b, "From `make bench-peers` (docs/bench/peers.json, run %s, %.0f s, %d interleaved rounds%s, load average at start %s): fencelock and the library each store's users would otherwise pick, measured in the same run on the same servers (%s). Each cell is the median over the rounds (min–max over the rounds). Worst wait and re-grab %% tell fairness: an unfair lock lets the releaser take it straight back while others wait. CPU per grant is the CPU time each contended grant cost this process (all 8 clients) + the server processes: the clients and the server share this machine's cores, so it bounds contended throughput (cores ÷ CPU per grant).\n\n",
+	fmt.Fprintf(b, "From `make bench-peers` (docs/bench/peers.json, run %s, %.0f s, %d interleaved rounds%s, load average at start %s): fencelock and the library each store's users would otherwise pick, measured in the same run on the same servers (%s). Each cell is the median over the rounds (min–max over the rounds). Worst wait and re-grab %% tell fairness: an unfair lock lets the releaser take it straight back while others wait (a wait that the run's end cut off counts until the end; *cut-off wait returns* is how long such a wait then took to return: what cancelling a wait costs). CPU per grant is the CPU time each contended grant cost this process (all 8 clients) + the server processes: the clients and the server share this machine's cores, so it bounds contended throughput (cores ÷ CPU per grant).\n\n",
 		p.Date, p.DurationS, p.Rounds, map[bool]string{true: ", quick mode", false: ""}[p.Quick], p.Machine.LoadAvgStart, serverList(p.Servers))
 	var rows [][]string
 	for _, r := range d.results {
 		store, ok := peerStores[r.label]
 		ims := p.impls(store)
 		if !ok || len(ims) == 0 {
-			rows = append(rows, []string{r.label, "no peer (in-process only)", "", "", "", "", "", "", ""})
+			rows = append(rows, []string{r.label, "no peer (in-process only)", "", "", "", "", "", "", "", ""})
 			continue
 		}
 		for i, im := range ims {
@@ -173,11 +173,12 @@ func (d *compareDoc) renderPeers(b *bytes.Buffer) {
 				im.cell(mDrain, fmtMS),
 				im.cell(mThroughput, fmtInt) + "/s",
 				im.cell(mWorstWait, fmtMS),
+				im.cell(mCutoff, fmtMS),
 				im.cell(mRegrab, fmtInt) + " %",
 				im.cpuCell()})
 		}
 	}
-	mdTable(b, []string{"backend", "library", "acquire+release p50", "hand-off p50", "8 waiters drained", "8-way contended", "worst wait", "re-grab", "CPU per grant (client + server)"}, rows)
+	mdTable(b, []string{"backend", "library", "acquire+release p50", "hand-off p50", "8 waiters drained", "8-way contended", "worst wait", "cut-off wait returns", "re-grab", "CPU per grant (client + server)"}, rows)
 	var floors []string
 	for _, f := range p.Floors {
 		if v, ok := f.Metrics["p50_us"]; ok {
@@ -197,6 +198,7 @@ const (
 	mDrain      = "drain8_ms"
 	mThroughput = "contended_per_s"
 	mWorstWait  = "contended_worst_wait_ms"
+	mCutoff     = "contended_cutoff_return_ms"
 	mRegrab     = "contended_regrab_pct"
 	mClientCPU  = "contended_client_cpu_us"
 	mServerCPU  = "contended_server_cpu_us"
