@@ -121,8 +121,32 @@ type Config struct {
 const minTTL = 100 * time.Millisecond
 
 // cleanupTimeout bounds the write TryAcquire makes, on a detached context,
-// to release what an attempt of unknown outcome may have taken.
+// to release what an attempt of unknown outcome may have taken, and how
+// long a write that may grant or enqueue (settled) outlives its caller's
+// ctx.
 const cleanupTimeout = 2 * time.Second
+
+// settled returns a context for one write that may grant the lock or
+// queue the caller (an acquire write, a join): it carries ctx's values
+// but not its end, and ends cleanupTimeout after ctx does (or when
+// cancel is called). A caller whose ctx ends while such a write is on
+// its way thus waits for its outcome (a round trip, as a rule) instead of
+// leaving it unknown: a write abandoned on the client is still applied
+// by the server, possibly after the caller's next requests (the leave's
+// read, the cleanup's conditional write), which then miss it, and the
+// entry or grant it makes waits out its lapse time or lease. Callers
+// check ctx before they send.
+func settled(ctx context.Context) (context.Context, context.CancelFunc) {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(cleanupTimeout, cancel)
+		context.AfterFunc(sctx, func() { t.Stop() })
+	})
+	return sctx, func() {
+		stop()
+		cancel()
+	}
+}
 
 // New returns a Client that keeps its locks as items of cfg.Table through
 // client (a *ddb.Client). The table must exist (see CreateTable). opts may
@@ -305,6 +329,9 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, head strin
 // see Operations, atop this file) its refusal means only that the item
 // changed since: the caller's read tells whether to write again.
 func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched, head string) (driver.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, classify(ctx, "acquire", b.cfg.Table, context.Cause(ctx))
+	}
 	var mine *released
 	if m, ok := b.mem.takeReleased(req.Name); ok && head == "" && watched == "" {
 		mine = &m
@@ -314,7 +341,9 @@ func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched,
 	e := acquireExpr(req, owner, rvn, mine)
 	e.condition(mine, watched, head)
 	expr := e.set + e.remove
-	cctx, c := track(ctx)
+	sctx, done := settled(ctx)
+	defer done()
+	cctx, c := track(sctx)
 	out, err := b.api.UpdateItem(cctx, &ddb.UpdateItemInput{
 		TableName:                 &b.cfg.Table,
 		Key:                       keyOf(req.Name),

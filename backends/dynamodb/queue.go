@@ -446,6 +446,12 @@ func (w *waiter) delay(st state, since time.Duration) time.Duration {
 // requires it (every grant by fencelock leaves one): a refusal reads the
 // item, and the next join knows.
 func (w *waiter) join(ctx context.Context, create bool) (state, error) {
+	if err := ctx.Err(); err != nil {
+		return state{lapsed: -1}, classify(ctx, "join the wait queue", w.b.cfg.Table, context.Cause(ctx))
+	}
+	// The join outlives ctx (settled): leave must know whether it landed.
+	ctx, done := settled(ctx)
+	defer done()
 	w.n++
 	e := w.formatEntry()
 	w.maybe = true
