@@ -82,6 +82,56 @@ func (w *lateWire) RoundTrip(req *http.Request) (*http.Response, error) {
 
 func (w *lateWire) let() { close(w.letCh) }
 
+// openLate opens a Client whose requests go through lw.
+func openLate(t *testing.T, rawURL string, lw *lateWire) *fencelock.Client {
+	t.Helper()
+	var mux fencelock.URLMux
+	mux.Register(dynamodb.Scheme, &dynamodb.URLOpener{HTTPClient: &http.Client{Transport: lw, Timeout: 10 * time.Second}})
+	c, err := mux.Open(t.Context(), rawURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// cancelWhileHeld runs call, cancels its ctx while lw holds its request,
+// and returns call's error once the held request was served: at once if
+// the request outlives the ctx (the caller waits for its outcome), else
+// after call returned (the server applies it after whatever the caller
+// sent as it gave up).
+func cancelWhileHeld(t *testing.T, lw *lateWire, call func(ctx context.Context) error) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- call(ctx) }()
+	select {
+	case <-lw.heldCh:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no request matching %q within 10s", lw.match)
+	}
+	cancel()
+	var (
+		err error
+		got bool
+	)
+	if lw.held.Context().Err() != nil {
+		select {
+		case err = <-done:
+			got = true
+		case <-time.After(10 * time.Second):
+			t.Fatal("the call did not return within 10s of its cancellation")
+		}
+	}
+	lw.let()
+	<-lw.served
+	if !got {
+		err = <-done
+	}
+	return err
+}
+
 // TestLeaveAfterLateJoin: a waiter whose Acquire ends (its ctx) while its
 // join of the wait queue is on the way leaves no entry behind, whenever
 // the server applies the join. Before the fix the join was cancelled
@@ -94,59 +144,20 @@ func TestLeaveAfterLateJoin(t *testing.T) {
 	d := testserver.StartDynalite(t)
 	ctx := t.Context()
 	lw := newLateWire("list_append")
-	var mux fencelock.URLMux
-	mux.Register(dynamodb.Scheme, &dynamodb.URLOpener{HTTPClient: &http.Client{Transport: lw, Timeout: 10 * time.Second}})
-	waiter, err := mux.Open(ctx, d.URL(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer waiter.Close()
-	holder, other := open(t, d.URL(), nil), open(t, d.URL(), nil)
+	waiter, holder, other := openLate(t, d.URL(), lw), open(t, d.URL(), nil), open(t, d.URL(), nil)
 	n := name(t)
 	opts := &fencelock.AcquireOptions{TTL: 10 * time.Second, AutoRenew: fencelock.Bool(false)}
 	l, err := holder.TryAcquire(ctx, n, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
+	werr := cancelWhileHeld(t, lw, func(wctx context.Context) error {
 		wl, err := waiter.Acquire(wctx, n, opts)
 		if err == nil {
 			_ = wl.Release(ctx)
 		}
-		done <- err
-	}()
-	select {
-	case <-lw.heldCh:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter sent no join within 10s")
-	}
-	cancel()
-	var (
-		werr error
-		got  bool
-	)
-	if lw.held.Context().Err() == nil {
-		// The join outlives the waiter's ctx: the waiter waits for its
-		// outcome before it leaves.
-		lw.let()
-	} else {
-		// The waiter gave up on its join: the server applies it after
-		// whatever the waiter sends as it leaves.
-		select {
-		case werr = <-done:
-			got = true
-		case <-time.After(10 * time.Second):
-			t.Fatal("the waiter's Acquire did not return within 10s of its cancellation")
-		}
-		lw.let()
-	}
-	<-lw.served
-	if !got {
-		werr = <-done
-	}
+		return err
+	})
 	if !errors.Is(werr, context.Canceled) {
 		t.Fatalf("the waiter's Acquire: %v, want context.Canceled", werr)
 	}
@@ -163,6 +174,36 @@ func TestLeaveAfterLateJoin(t *testing.T) {
 	ol, err := other.TryAcquire(ctx, n, opts)
 	if err != nil {
 		t.Fatalf("TryAcquire of the released lock after the waiter left: %v", err)
+	}
+	_ = ol.Release(ctx)
+}
+
+// TestTryAcquireLateWrite: a TryAcquire whose ctx ends while its acquire
+// write is on the way leaves the lock free or returns it, whenever the
+// server applies the write. Before the fix the write was cancelled with
+// ctx; its cleanup (release if the item holds our version) reached the
+// server first and was refused, and the write then granted the lock to
+// nobody for its TTL.
+func TestTryAcquireLateWrite(t *testing.T) {
+	d := testserver.StartDynalite(t)
+	ctx := t.Context()
+	lw := newLateWire("attribute_not_exists(#k)")
+	c, other := openLate(t, d.URL(), lw), open(t, d.URL(), nil)
+	n := name(t)
+	opts := &fencelock.AcquireOptions{TTL: 10 * time.Second, AutoRenew: fencelock.Bool(false)}
+	err := cancelWhileHeld(t, lw, func(cctx context.Context) error {
+		l, err := c.TryAcquire(cctx, n, opts)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("TryAcquire: %v, want a grant or context.Canceled", err)
+	}
+	ol, err := other.TryAcquire(ctx, n, opts)
+	if err != nil {
+		t.Fatalf("TryAcquire by another Client after the cancelled one: %v", err)
 	}
 	_ = ol.Release(ctx)
 }
