@@ -13,6 +13,9 @@ package dynamodb
 //     entry> instead, and the write removes that entry). ReturnValues
 //     gives the new fence. A refused write is followed by one consistent GetItem that
 //     records what holds the lock and who waits (the observation: see Expiry by observation, atop observe.go).
+//     The write is sent on a settled context (see settled): it outlives
+//     the caller's ctx by up to cleanupTimeout, so that a caller who
+//     gives up knows whether it was granted.
 //   - Acquire, fast path: a Client whose own release wrote the item's
 //     last version knows the item (queue aside): its acquire is
 //     conditional on recordVersionNumber = <that version> AND
