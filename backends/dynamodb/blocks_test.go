@@ -1,6 +1,8 @@
 package dynamodb_test
 
 import (
+	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,7 +24,8 @@ import (
 // release UpdateItem) sent raw on that same SDK-default client, which
 // splits fencelock's client-side cost from the requests' server-side
 // cost. The blocks' order rotates every iteration. Reported per shape: the p50 of a pair, and the CPU per pair of
-// this process and of dynalite.
+// this process and of dynalite. DYN_SHAPE=<name> runs one shape only
+// (for a -cpuprofile).
 func BenchmarkAcquireReleaseBlocks(b *testing.B) {
 	d := testserver.StartDynalite(b)
 	ctx := b.Context()
@@ -107,6 +110,14 @@ func BenchmarkAcquireReleaseBlocks(b *testing.B) {
 		{"raw-fencelockclient", rawPair(native(b, c), "blocks-raw-b", false)},
 		{"raw-label", rawPair(pc, "blocks-raw-c", true)},
 	}...)
+	if only := os.Getenv("DYN_SHAPE"); only != "" { // one shape, for a profile
+		shapes = slices.DeleteFunc(shapes, func(sh struct {
+			name string
+			do   func() error
+		}) bool {
+			return sh.name != only
+		})
+	}
 	lat := make([][]time.Duration, len(shapes))
 	self, srv := make([]time.Duration, len(shapes)), make([]time.Duration, len(shapes))
 	for it := 0; b.Loop(); it++ {
