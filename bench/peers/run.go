@@ -43,8 +43,7 @@ func QuickConfig() Config {
 
 // Run measures every implementation and floor of env in cfg.Rounds
 // interleaved rounds: each round runs every implementation's chunk in
-// turn (reversed every other round), then every floor, so drift in
-// machine load hits all alike.
+// turn, then every floor, so drift in machine load hits all alike.
 func Run(ctx context.Context, env *Env, cfg Config) *Result {
 	start := time.Now()
 	host, _ := os.Hostname()
@@ -151,20 +150,10 @@ func closeFloors(floors []*floorRun) {
 }
 
 // runRound runs round number round: every implementation's chunk in
-// turn (in reverse order on even rounds), then every floor. Reversing
-// spreads the cost of going first over the implementations: the first
-// chunk of a store meets its server cold (round 1) or right after
-// another chunk's contention phase; with dynalite on a loaded 2-core
-// machine, fencelock's acquire+release ratio to the AWS Lock Client
-// protocol's was 0.70-2.24 (median 1.42) over 9 rounds where fencelock
-// went first and 0.87-1.52 (median 1.21) over 9 where it went second.
+// turn, then every floor.
 func runRound(ctx context.Context, env *Env, cfg Config, round int, runs []*implRun, floors []*floorRun) {
-	for k := range env.Impls {
-		i := k
-		if round%2 == 0 {
-			i = len(env.Impls) - 1 - k
-		}
-		im, r := env.Impls[i], runs[i]
+	for i, im := range env.Impls {
+		r := runs[i]
 		if len(r.clients) != cfg.Counts.Workers+1 {
 			continue
 		}
