@@ -50,7 +50,11 @@
 // head of the queue releases it by writing the next waiter's ownership
 // (one write), which that waiter sees at its next read; a waiter that
 // dies after joining may thus be handed the lock, which then waits out
-// the lease duration it asked for. A Client's blocked Acquires of one lock
+// the lease duration it asked for. An Acquire or TryAcquire whose ctx ends
+// while a write that may grant or queue it is on its way waits for that
+// write's outcome (at most 2s more), so that it leaves no entry or grant
+// behind (a grant that came is released before the ctx error returns).
+// A Client's blocked Acquires of one lock
 // queue up in the Client first, in arrival order, and only the first of
 // them joins waitQueue and polls: a Client costs the table one waiter's
 // requests per lock, however many of its goroutines wait.

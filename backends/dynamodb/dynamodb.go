@@ -13,6 +13,9 @@ package dynamodb
 //     entry> instead, and the write removes that entry). ReturnValues
 //     gives the new fence. A refused write is followed by one consistent GetItem that
 //     records what holds the lock and who waits (the observation: see Expiry by observation, atop observe.go).
+//     The write is sent on a settled context (see settled): it outlives
+//     the caller's ctx by up to cleanupTimeout, so that a caller who
+//     gives up knows whether it was granted.
 //   - Acquire, fast path: a Client whose own release wrote the item's
 //     last version knows the item (queue aside): its acquire is
 //     conditional on recordVersionNumber = <that version> AND
@@ -23,7 +26,18 @@ package dynamodb
 //     acquire+release went from 1.21–1.36× the AWS Lock Client
 //     protocol's Put+Delete to 1.10–1.15×, BenchmarkAcquireRelease, and
 //     dynalite's CPU per acquire+release from 1,117 to 910 µs against
-//     the protocol's 890, BenchmarkRequestCost). If
+//     the protocol's 890, BenchmarkRequestCost). What remains (issue 27,
+//     BenchmarkAcquireReleaseBlocks: blocks of 100 pairs as benchpeers
+//     times them, order rotated): the same two requests and write units
+//     as the protocol's PutItem+DeleteItem (one each, the item under
+//     1 KB); dynalite's CPU per pair the same as for these two request
+//     shapes sent raw on a bare SDK client, 3-16% above Put+Delete's;
+//     this process's the same as for the raw shapes (fencelock's own
+//     code is lost in the noise), 10-14% above Put+Delete's (the SDK
+//     serializing UpdateItems). On a loaded 2-core machine the wall
+//     ratio follows the CPU ratio: 0.91-1.11 in those blocks, 1.04-1.24
+//     pair by pair (BenchmarkAcquireRelease).
+//     If
 //     anyone else wrote the item since, the write is refused and the
 //     read that follows decides, as for any refusal (a write more when
 //     the lock is free after all). The general write leaves an empty
@@ -121,8 +135,32 @@ type Config struct {
 const minTTL = 100 * time.Millisecond
 
 // cleanupTimeout bounds the write TryAcquire makes, on a detached context,
-// to release what an attempt of unknown outcome may have taken.
+// to release what an attempt of unknown outcome may have taken, and how
+// long a write that may grant or enqueue (settled) outlives its caller's
+// ctx.
 const cleanupTimeout = 2 * time.Second
+
+// settled returns a context for one write that may grant the lock or
+// queue the caller (an acquire write, a join): it carries ctx's values
+// but not its end, and ends cleanupTimeout after ctx does (or when
+// cancel is called). A caller whose ctx ends while such a write is on
+// its way thus waits for its outcome (a round trip, as a rule) instead of
+// leaving it unknown: a write abandoned on the client is still applied
+// by the server, possibly after the caller's next requests (the leave's
+// read, the cleanup's conditional write), which then miss it, and the
+// entry or grant it makes waits out its lapse time or lease. Callers
+// check ctx before they send.
+func settled(ctx context.Context) (context.Context, context.CancelFunc) {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(cleanupTimeout, cancel)
+		context.AfterFunc(sctx, func() { t.Stop() })
+	})
+	return sctx, func() {
+		stop()
+		cancel()
+	}
+}
 
 // New returns a Client that keeps its locks as items of cfg.Table through
 // client (a *ddb.Client). The table must exist (see CreateTable). opts may
@@ -305,6 +343,9 @@ func (b *backend) try(ctx context.Context, req driver.AcquireRequest, head strin
 // see Operations, atop this file) its refusal means only that the item
 // changed since: the caller's read tells whether to write again.
 func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched, head string) (driver.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, classify(ctx, "acquire", b.cfg.Table, context.Cause(ctx))
+	}
 	var mine *released
 	if m, ok := b.mem.takeReleased(req.Name); ok && head == "" && watched == "" {
 		mine = &m
@@ -314,7 +355,9 @@ func (b *backend) write(ctx context.Context, req driver.AcquireRequest, watched,
 	e := acquireExpr(req, owner, rvn, mine)
 	e.condition(mine, watched, head)
 	expr := e.set + e.remove
-	cctx, c := track(ctx)
+	sctx, done := settled(ctx)
+	defer done()
+	cctx, c := track(sctx)
 	out, err := b.api.UpdateItem(cctx, &ddb.UpdateItemInput{
 		TableName:                 &b.cfg.Table,
 		Key:                       keyOf(req.Name),

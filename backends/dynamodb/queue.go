@@ -77,7 +77,15 @@ package dynamodb
 //     index; a refused removal means another entry moved, so it reads
 //     and tries again, up to 32 times: eight waiters leaving at once all
 //     get out); a read that shows the lock handed to it releases it. If
-//     that fails the entry lapses (or the handed lock expires).
+//     that fails the entry lapses (or the handed lock expires). The join
+//     and the take are sent on a settled context (dynamodb.go): a waiter
+//     whose ctx ends while one is on its way waits for its outcome (up
+//     to cleanupTimeout) before it leaves. A join abandoned with ctx was
+//     still applied by the server, at times after the leave's read,
+//     which found no entry: the entry, nobody's, then held the line up
+//     for its lapse time, or was handed the lock and held it for its
+//     lease (BenchmarkContended's rare "no grants" chunks; see
+//     TestLeaveAfterLateJoin).
 //
 // Waiters read the whole item with a consistent GetItem (no projection:
 // see get, in dynamodb.go): after a quarter of the
@@ -123,6 +131,13 @@ package dynamodb
 //     billed by the item's size, projected or not), but dynalite parsed
 //     the projection on every read, about 150 µs of a read's 400-550 µs
 //     of its CPU; polls are most of a contended lock's requests.
+//   - the settled join and acquire write (a cancelled waiter or
+//     TryAcquire waits for the outcome of a write already on its way):
+//     no request more, and none fewer in the common case; what it saves
+//     is the ghost entry a join abandoned mid-flight left behind, which
+//     cost every other waiter its lapse time of polls (reads, a fifth of
+//     a write unit each) and a drop write, and the ghost grant an
+//     abandoned acquire write left, which held the lock for its TTL.
 //   - the AWS Lock Client protocol (benchpeers' peer): a PutItem and a
 //     DeleteItem per grant, 2 write units, plus a refused PutItem (a write
 //     unit each) per waiter per retry period; with no queue the releaser
@@ -446,6 +461,12 @@ func (w *waiter) delay(st state, since time.Duration) time.Duration {
 // requires it (every grant by fencelock leaves one): a refusal reads the
 // item, and the next join knows.
 func (w *waiter) join(ctx context.Context, create bool) (state, error) {
+	if err := ctx.Err(); err != nil {
+		return state{lapsed: -1}, classify(ctx, "join the wait queue", w.b.cfg.Table, context.Cause(ctx))
+	}
+	// The join outlives ctx (settled): leave must know whether it landed.
+	ctx, done := settled(ctx)
+	defer done()
 	w.n++
 	e := w.formatEntry()
 	w.maybe = true
