@@ -150,12 +150,12 @@ func closeFloors(floors []*floorRun) {
 }
 
 // runRound runs round number round: the uncontended and hand-off
-// measures of every store's implementations side by side, then every implementation's
-// chunk in turn, then every floor.
+// measures of every store's implementations side by side, then every
+// implementation's chunk in turn (see chunkOrder), then every floor.
 func runRound(ctx context.Context, env *Env, cfg Config, round int, runs []*implRun, floors []*floorRun) {
 	side := sideBySide(ctx, env, cfg, round, runs)
-	for i, im := range env.Impls {
-		r := runs[i]
+	for _, i := range chunkOrder(env, cfg, round, runs) {
+		im, r := env.Impls[i], runs[i]
 		if side[i] == nil {
 			continue
 		}
@@ -182,6 +182,20 @@ func runRound(ctx context.Context, env *Env, cfg Config, round int, runs []*impl
 		f.samples = append(f.samples, s)
 		cfg.logf("round %d %-30s p50 %.0fµs", round, env.Floors[i].ID, s[MFloorP50])
 	}
+}
+
+// chunkOrder is the order of round's chunks: store by store, each
+// store's implementations rotated by one place per round, so that none
+// always goes first (after another store's contention, or on a server
+// just started; on dynalite the first chunk measured slower).
+func chunkOrder(env *Env, cfg Config, round int, runs []*implRun) []int {
+	var order []int
+	for _, idx := range runnableByStore(env, cfg, runs) {
+		k := (round - 1) % len(idx)
+		order = append(order, idx[k:]...)
+		order = append(order, idx[:k]...)
+	}
+	return order
 }
 
 const fencelockModule = "github.com/fencelock/fencelock"

@@ -52,20 +52,8 @@ func interleave(ctx context.Context, timeout time.Duration, ts []*turn, n, batch
 // one store taking turns. It returns each implementation's sample (nil:
 // not runnable, or a measure failed; the error is recorded in runs).
 func sideBySide(ctx context.Context, env *Env, cfg Config, round int, runs []*implRun) []sample {
-	var stores []string
-	byStore := map[string][]int{}
-	for i, im := range env.Impls {
-		if len(runs[i].clients) != cfg.Counts.Workers+1 {
-			continue
-		}
-		if _, ok := byStore[im.Store]; !ok {
-			stores = append(stores, im.Store)
-		}
-		byStore[im.Store] = append(byStore[im.Store], i)
-	}
 	out := make([]sample, len(env.Impls))
-	for _, st := range stores {
-		idx := byStore[st]
+	for _, idx := range runnableByStore(env, cfg, runs) {
 		unc := make([]*turn, len(idx))
 		hand := make([]*turn, len(idx))
 		for j, i := range idx {
@@ -166,4 +154,25 @@ func handoff(ctx context.Context, holder, waiter Lock, key string, settle time.D
 		return 0, fmt.Errorf("waiter release: %w", err)
 	}
 	return g.at.Sub(t0), nil
+}
+
+// runnableByStore groups the indexes of env's runnable implementations
+// (all their clients open) by store, stores and implementations in env's
+// order.
+func runnableByStore(env *Env, cfg Config, runs []*implRun) [][]int {
+	var groups [][]int
+	at := map[string]int{}
+	for i, im := range env.Impls {
+		if len(runs[i].clients) != cfg.Counts.Workers+1 {
+			continue
+		}
+		g, ok := at[im.Store]
+		if !ok {
+			g = len(groups)
+			at[im.Store] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
 }

@@ -107,3 +107,19 @@ func TestInterleaveFailureStopsOnlyThatRun(t *testing.T) {
 		t.Fatalf("b's first pair at %d, want %d", got, uncontendedBatch)
 	}
 }
+
+// TestChunkOrderRotates: each store's runnable implementations take the
+// first place in turn, round by round; one whose clients did not all
+// open is left out.
+func TestChunkOrderRotates(t *testing.T) {
+	cfg := Config{Counts: Counts{Workers: 1}}
+	env := &Env{Impls: []Impl{{Store: "a"}, {Store: "a"}, {Store: "a"}, {Store: "b"}, {Store: "b"}, {Store: "b"}}}
+	open := &implRun{clients: clients{nil, nil}}
+	runs := []*implRun{open, open, open, open, {clients: clients{nil}}, open}
+	want := map[int][]int{1: {0, 1, 2, 3, 5}, 2: {1, 2, 0, 5, 3}, 3: {2, 0, 1, 3, 5}}
+	for round, w := range want {
+		if got := chunkOrder(env, cfg, round, runs); !slices.Equal(got, w) {
+			t.Errorf("round %d: order %v, want %v", round, got, w)
+		}
+	}
+}
