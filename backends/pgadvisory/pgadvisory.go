@@ -363,12 +363,12 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 		q, lay = tryStrictQuery, tryStrictLayout
 	}
 	label := b.label(req)
-	run, err := b.send(ctx, pc, label, q, grantArgs(key, ms)...)
+	run, err := b.send(ctx, pc, label, q, grantArgs(key, ms))
 	sent := time.Now()
 	var fv []byte
 	if err == nil {
 		var rs []*pgconn.Result
-		rs, err = runDetached(ctx, pc.Conn().PgConn(), run)
+		rs, err = runDetached(ctx, run)
 		rs = dropLabelResult(label, rs)
 		if err == nil {
 			fv, err = lay.fenceIn(rs)
@@ -523,7 +523,7 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 // statement_timeout and lock_timeout at 0 (foldWait), it sends
 // foldedWaitQuery; if that finds a setting changed since (it then took
 // nothing), it rolls back and sends waitQuery.
-func (b *backend) wait(ctx context.Context, pc *pgxpool.Conn, label string, args []string) ([]*pgconn.Result, layout, time.Time, error) {
+func (b *backend) wait(ctx context.Context, pc *pgxpool.Conn, label string, args [][]byte) ([]*pgconn.Result, layout, time.Time, error) {
 	pg := pc.Conn().PgConn()
 	check := serverMajor(pg.ParameterStatus("server_version")) >= 14
 	folded := !b.strict && foldWait(pg)
@@ -534,11 +534,11 @@ func (b *backend) wait(ctx context.Context, pc *pgxpool.Conn, label string, args
 	case folded:
 		q, lay = foldedWaitQuery(check), foldedWaitLayout
 	}
-	run, err := b.send(ctx, pc, label, q, args...)
+	run, err := b.send(ctx, pc, label, q, args)
 	if err != nil {
 		return nil, lay, time.Time{}, err
 	}
-	rs, sent, err := execWait(ctx, pg, run)
+	rs, sent, err := execWait(ctx, run)
 	rs = dropLabelResult(label, rs)
 	if err != nil || b.strict || ctx.Err() != nil {
 		return rs, lay, sent, err
@@ -585,52 +585,76 @@ func (b *backend) markWaiting(pc *pgxpool.Conn) (unmark func()) {
 	}
 }
 
-// execWait runs the wait query that run starts on pg and returns its results and when
-// it was sent.
+// execWait runs the wait query q and returns its results and when it was
+// sent.
 //
-// The wait runs detached from ctx: when ctx ends we ask the server to
-// cancel it (the connection survives), and only if that does not end it
-// within cancelGrace we break the connection.
-func execWait(ctx context.Context, pg *pgconn.PgConn, run func(context.Context) *pgconn.MultiResultReader) ([]*pgconn.Result, time.Time, error) {
-	execCtx, cancelExec := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelExec()
-	cancelled := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(cancelled)
-		cancelWait(execCtx, cancelExec, pg)
-	})
+// The wait runs detached from ctx (pgx watches no context): when ctx ends
+// we ask the server to cancel it (the connection survives), and only if
+// that does not end it within cancelGrace is the connection broken, by a
+// deadline on its socket (see waitWatch).
+func execWait(ctx context.Context, q pending) ([]*pgconn.Result, time.Time, error) {
+	w := &waitWatch{pg: q.pg}
+	unwatch := context.AfterFunc(ctx, w.cancel)
 	sent := time.Now()
-	rs, err := run(execCtx).ReadAll()
-	cancelExec() // the wait is over: release the AfterFunc, if it runs
-	if !stop() {
-		<-cancelled
-	}
+	rs, err := readAll(q.run(context.Background()))
+	unwatch()
+	w.stop()
 	return rs, sent, err
 }
 
-// cancelWait asks the server to cancel the query running on pg until
-// execCtx, the query's context, ends. A cancel request that reaches the
-// server before the query does is ignored, so it repeats the request
-// every cancelRetry. Backstop: a server that does not honour it within
-// cancelGrace (unreachable, frozen) gets its connection broken
-// (cancelExec).
-func cancelWait(execCtx context.Context, cancelExec context.CancelFunc, pg *pgconn.PgConn) {
-	deadline := time.Now().Add(cancelGrace)
+// waitWatch cancels a wait whose ctx ended (see execWait).
+type waitWatch struct {
+	pg *pgconn.PgConn
+
+	mu        sync.Mutex
+	finished  bool               // the wait is over: send nothing more
+	endCancel context.CancelFunc // ends cancel's requests; set with the socket's deadline
+	cancelled chan struct{}      // closed when cancel has sent its last request
+}
+
+// cancel asks the server to cancel the wait until it is over, for at most
+// cancelGrace, when the socket's deadline (set now) breaks the
+// connection. A cancel request that reaches the server before the query
+// does is ignored, so it repeats the request every cancelRetry.
+func (w *waitWatch) cancel() {
+	w.mu.Lock()
+	if w.finished {
+		w.mu.Unlock()
+		return
+	}
+	_ = w.pg.Conn().SetDeadline(time.Now().Add(cancelGrace))
+	cctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
+	defer cancel()
+	w.endCancel, w.cancelled = cancel, make(chan struct{})
+	defer close(w.cancelled)
+	w.mu.Unlock()
 	for {
-		cctx, cancel := context.WithDeadline(execCtx, deadline)
-		_ = pg.CancelRequest(cctx)
-		cancel()
+		_ = w.pg.CancelRequest(cctx)
 		t := time.NewTimer(cancelRetry)
 		select {
-		case <-execCtx.Done():
+		case <-cctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
 		}
-		if time.Now().After(deadline) {
-			cancelExec()
-			return
-		}
+	}
+}
+
+// stop ends the watch once the wait is over: no cancel request is sent
+// after it returns, and a deadline set on a connection that survived is
+// cleared.
+func (w *waitWatch) stop() {
+	w.mu.Lock()
+	w.finished = true
+	end, cancelled := w.endCancel, w.cancelled
+	w.mu.Unlock()
+	if end == nil {
+		return
+	}
+	end()
+	<-cancelled
+	if !w.pg.IsClosed() {
+		_ = w.pg.Conn().SetDeadline(time.Time{})
 	}
 }
 
