@@ -50,9 +50,13 @@ package pgadvisory
 // with the fence flush on, see Fence atop fence.go; pg_advisory_xact_lock with it off;
 // one FIFO queue for both): a waiter is granted the moment the holder
 // commits, without polling. statement_timeout and lock_timeout are lifted
-// for the wait and restored after it. A cancelled wait sends a cancel request, then closes its
-// connection instead of returning it to the pool, so nothing is left held
-// and no late cancel request can hit another user of that connection.
+// for the wait and restored after it. A cancelled wait sends cancel requests
+// until it ends, and nothing is left held. With the fence flush off, when
+// the server answered every request (it has then signalled the session, so
+// none can land later), the connection is rolled back, a cancel still
+// pending in the session is consumed, and it goes back to the pool
+// (recycle); otherwise, and always with the flush on, it is closed, so that
+// no late cancel request can hit another user of that connection.
 //
 // PgBouncer (internals; the package doc in doc.go has what users need).
 //
@@ -494,12 +498,18 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 		return nil, time.Time{}, err
 	}
 	defer b.markWaiting(pc)()
-	rs, lay, sent, err := b.wait(ctx, pc, b.label(req), grantArgs(key, ms))
+	rs, lay, sent, clean, err := b.wait(ctx, pc, b.label(req), grantArgs(key, ms))
 	if ctx.Err() != nil {
-		// Granted or not, nothing may stay held: closing the connection ends
-		// the session (and keeps a late cancel request from reaching a
-		// later user of the connection).
-		b.discard(pc)
+		// Granted or not, nothing may stay held. With the fence flush off,
+		// after a wait whose cancel requests were all answered, ROLLBACK
+		// frees it and the connection goes back to the pool (recycle);
+		// otherwise closing the connection ends the session (and keeps a
+		// late cancel request from reaching a later user of it).
+		if clean && !b.strict {
+			recycle(pc)
+		} else {
+			b.discard(pc)
+		}
 		return nil, time.Time{}, ctxErr(ctx)
 	}
 	var fv []byte
@@ -522,12 +532,14 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 // flush off, on a connection whose last wait found the session's
 // statement_timeout and lock_timeout at 0 (foldWait), it sends
 // foldedWaitQuery; if that finds a setting changed since (it then took
-// nothing), it rolls back and sends waitQuery.
-func (b *backend) wait(ctx context.Context, pc *pgxpool.Conn, label string, args [][]byte) ([]*pgconn.Result, layout, time.Time, error) {
+// nothing), it rolls back and sends waitQuery. clean: no cancel request
+// sent for the wait can still reach the session (see execWait).
+func (b *backend) wait(ctx context.Context, pc *pgxpool.Conn, label string, args [][]byte) (rs []*pgconn.Result, lay layout, sent time.Time, clean bool, err error) {
 	pg := pc.Conn().PgConn()
 	check := serverMajor(pg.ParameterStatus("server_version")) >= 14
 	folded := !b.strict && foldWait(pg)
-	q, lay := waitQuery(b.strict, check), waitLayout
+	q := waitQuery(b.strict, check)
+	lay = waitLayout
 	switch {
 	case b.strict:
 		lay = waitStrictLayout
@@ -536,25 +548,25 @@ func (b *backend) wait(ctx context.Context, pc *pgxpool.Conn, label string, args
 	}
 	run, err := b.send(ctx, pc, label, q, args)
 	if err != nil {
-		return nil, lay, time.Time{}, err
+		return nil, lay, time.Time{}, false, err
 	}
-	rs, sent, err := execWait(ctx, run)
+	rs, sent, clean, err = execWait(ctx, run)
 	rs = dropLabelResult(label, rs)
 	if err != nil || b.strict || ctx.Err() != nil {
-		return rs, lay, sent, err
+		return rs, lay, sent, clean, err
 	}
 	if !folded {
 		// The restore column is NULL when nothing was lifted: both
 		// timeouts were 0, and the check interval is now set.
 		setFoldWait(pg, resultErr(rs, lay.results, lay.lastCols) == nil && rs[2].Rows[0][1] == nil)
-		return rs, lay, sent, nil
+		return rs, lay, sent, clean, nil
 	}
 	if resultErr(rs, lay.results, 0) != nil || len(rs[1].Rows) != 0 {
-		return rs, lay, sent, nil
+		return rs, lay, sent, clean, nil
 	}
 	setFoldWait(pg, false)
-	if err := pg.Exec(ctx, "ROLLBACK").Close(); err != nil {
-		return nil, lay, sent, err
+	if _, err := execDetached(ctx, pg, "ROLLBACK"); err != nil || !clean {
+		return nil, lay, sent, false, err
 	}
 	return b.wait(ctx, pc, label, args)
 }
@@ -585,21 +597,21 @@ func (b *backend) markWaiting(pc *pgxpool.Conn) (unmark func()) {
 	}
 }
 
-// execWait runs the wait query q and returns its results and when it was
-// sent.
+// execWait runs the wait query q and returns its results, when it was
+// sent, and whether it is clean: no cancel request sent for it can still
+// reach the session.
 //
 // The wait runs detached from ctx (pgx watches no context): when ctx ends
 // we ask the server to cancel it (the connection survives), and only if
 // that does not end it within cancelGrace is the connection broken, by a
 // deadline on its socket (see waitWatch).
-func execWait(ctx context.Context, q pending) ([]*pgconn.Result, time.Time, error) {
+func execWait(ctx context.Context, q pending) (rs []*pgconn.Result, sent time.Time, clean bool, err error) {
 	w := &waitWatch{pg: q.pg}
 	unwatch := context.AfterFunc(ctx, w.cancel)
-	sent := time.Now()
-	rs, err := readAll(q.run(context.Background()))
+	sent = time.Now()
+	rs, err = readAll(q.run(context.Background()))
 	unwatch()
-	w.stop()
-	return rs, sent, err
+	return rs, sent, w.stop(), err
 }
 
 // waitWatch cancels a wait whose ctx ended (see execWait).
@@ -607,15 +619,19 @@ type waitWatch struct {
 	pg *pgconn.PgConn
 
 	mu        sync.Mutex
-	finished  bool               // the wait is over: send nothing more
-	endCancel context.CancelFunc // ends cancel's requests; set with the socket's deadline
-	cancelled chan struct{}      // closed when cancel has sent its last request
+	finished  bool          // the wait is over: send nothing more
+	over      chan struct{} // closed by stop: cancel sends no more requests
+	cancelled chan struct{} // closed when cancel has returned
+	answered  bool          // every request cancel sent was answered (read after cancelled)
 }
 
 // cancel asks the server to cancel the wait until it is over, for at most
 // cancelGrace, when the socket's deadline (set now) breaks the
 // connection. A cancel request that reaches the server before the query
-// does is ignored, so it repeats the request every cancelRetry.
+// does is ignored, so it repeats the request every cancelRetry. A request
+// is never cut short by the wait's end: the server answers it (closes its
+// connection) once it has signalled the session, so that, when every one
+// was answered, none can reach the session later (see recycle).
 func (w *waitWatch) cancel() {
 	w.mu.Lock()
 	if w.finished {
@@ -623,15 +639,23 @@ func (w *waitWatch) cancel() {
 		return
 	}
 	_ = w.pg.Conn().SetDeadline(time.Now().Add(cancelGrace))
+	w.over, w.cancelled = make(chan struct{}), make(chan struct{})
+	over, cancelled := w.over, w.cancelled
+	w.mu.Unlock()
+	defer close(cancelled)
 	cctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
 	defer cancel()
-	w.endCancel, w.cancelled = cancel, make(chan struct{})
-	defer close(w.cancelled)
-	w.mu.Unlock()
 	for {
 		_ = w.pg.CancelRequest(cctx)
+		if cctx.Err() != nil {
+			return // the request may have been cut short
+		}
 		t := time.NewTimer(cancelRetry)
 		select {
+		case <-over:
+			t.Stop()
+			w.answered = true
+			return
 		case <-cctx.Done():
 			t.Stop()
 			return
@@ -640,23 +664,62 @@ func (w *waitWatch) cancel() {
 	}
 }
 
-// stop ends the watch once the wait is over: no cancel request is sent
-// after it returns, and a deadline set on a connection that survived is
-// cleared.
-func (w *waitWatch) stop() {
+// stop ends the watch once the wait is over and reports whether it is
+// clean (no request sent, or every one answered). No cancel request is
+// sent after it returns, and a deadline set on a connection that
+// survived is cleared.
+func (w *waitWatch) stop() (clean bool) {
 	w.mu.Lock()
 	w.finished = true
-	end, cancelled := w.endCancel, w.cancelled
+	over, cancelled := w.over, w.cancelled
 	w.mu.Unlock()
-	if end == nil {
-		return
+	if over == nil {
+		return true
 	}
-	end()
+	close(over)
 	<-cancelled
 	if !w.pg.IsClosed() {
 		_ = w.pg.Conn().SetDeadline(time.Time{})
 	}
+	return w.answered
 }
+
+// recycle returns pc to the pool after a wait cancelled with the fence
+// flush off, whose cancel requests were all answered (execWait): no more
+// can reach the session. It sends ROLLBACK, which ends the wait's
+// transaction (and frees the lock if it was granted), then pg_sleep(0),
+// whose first act is to check for interrupts: a cancel the session was
+// signalled but has not acted on yet (PostgreSQL keeps one flag for any
+// number of them) cancels it instead of a later user's statement. Both go
+// as one simple query, so that behind PgBouncer they run on one server
+// session. A query so cancelled is sent again, at most recycleTries
+// times; anything else closes the connection (discard).
+func recycle(pc *pgxpool.Conn) {
+	pg := pc.Conn().PgConn()
+	if pg.IsClosed() || pg.Conn().SetDeadline(time.Now().Add(cleanupTimeout)) != nil {
+		discard(pc)
+		return
+	}
+	for range recycleTries {
+		_, err := execDetached(context.Background(), pg, "ROLLBACK; SELECT pg_sleep(0)")
+		if err == nil && pg.TxStatus() == 'I' && pg.Conn().SetDeadline(time.Time{}) == nil {
+			pc.Release()
+			return
+		}
+		var pgErr *pgconn.PgError
+		if pg.IsClosed() || !errors.As(err, &pgErr) || pgErr.Code != codeQueryCanceled {
+			break
+		}
+	}
+	discard(pc)
+}
+
+// recycleTries bounds the ROLLBACKs of recycle; codeQueryCanceled is
+// the SQLSTATE of a cancelled statement.
+const (
+	recycleTries      = 3
+	codeQueryCanceled = "57014"
+)
 
 // restartTTL returns l granted by a wait sent at sent, and when its TTL
 // started. The server's idle timer started when the granting statement
