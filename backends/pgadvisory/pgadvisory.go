@@ -53,7 +53,8 @@ package pgadvisory
 // for the wait and restored after it. A cancelled wait sends cancel requests
 // until it ends, and nothing is left held. With the fence flush off, when
 // the server answered every request (it has then signalled the session, so
-// none can land later), the connection is rolled back, a cancel still
+// none can land later; one in flight gets answerWait after the wait
+// ended), the connection is rolled back, a cancel still
 // pending in the session is consumed, and it goes back to the pool
 // (recycle); otherwise, and always with the flush on, it is closed, so that
 // no late cancel request can hit another user of that connection.
@@ -619,19 +620,21 @@ type waitWatch struct {
 	pg *pgconn.PgConn
 
 	mu        sync.Mutex
-	finished  bool          // the wait is over: send nothing more
-	over      chan struct{} // closed by stop: cancel sends no more requests
-	cancelled chan struct{} // closed when cancel has returned
-	answered  bool          // every request cancel sent was answered (read after cancelled)
+	finished  bool               // the wait is over: send nothing more
+	over      chan struct{}      // closed by stop: cancel sends no more requests
+	cancelled chan struct{}      // closed when cancel has returned
+	endCancel context.CancelFunc // cuts a request in flight short
+	answered  bool               // every request cancel sent was answered (read after cancelled)
 }
 
 // cancel asks the server to cancel the wait until it is over, for at most
 // cancelGrace, when the socket's deadline (set now) breaks the
 // connection. A cancel request that reaches the server before the query
-// does is ignored, so it repeats the request every cancelRetry. A request
-// is never cut short by the wait's end: the server answers it (closes its
-// connection) once it has signalled the session, so that, when every one
-// was answered, none can reach the session later (see recycle).
+// does is ignored, so it repeats the request every cancelRetry. The
+// server answers a request (closes its connection) once it has signalled
+// the session, so that, when every one was answered, none can reach the
+// session later (see recycle); one still unanswered answerWait after the
+// wait ended is cut short (then the connection is closed: see stop).
 func (w *waitWatch) cancel() {
 	w.mu.Lock()
 	if w.finished {
@@ -639,12 +642,12 @@ func (w *waitWatch) cancel() {
 		return
 	}
 	_ = w.pg.Conn().SetDeadline(time.Now().Add(cancelGrace))
-	w.over, w.cancelled = make(chan struct{}), make(chan struct{})
+	cctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
+	defer cancel()
+	w.over, w.cancelled, w.endCancel = make(chan struct{}), make(chan struct{}), cancel
 	over, cancelled := w.over, w.cancelled
 	w.mu.Unlock()
 	defer close(cancelled)
-	cctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
-	defer cancel()
 	for {
 		_ = w.pg.CancelRequest(cctx)
 		if cctx.Err() != nil {
@@ -671,13 +674,20 @@ func (w *waitWatch) cancel() {
 func (w *waitWatch) stop() (clean bool) {
 	w.mu.Lock()
 	w.finished = true
-	over, cancelled := w.over, w.cancelled
+	over, cancelled, end := w.over, w.cancelled, w.endCancel
 	w.mu.Unlock()
 	if over == nil {
 		return true
 	}
 	close(over)
-	<-cancelled
+	t := time.NewTimer(answerWait)
+	select {
+	case <-cancelled:
+	case <-t.C:
+		end() // not answered: it may still land, so the connection will be closed
+		<-cancelled
+	}
+	t.Stop()
 	if !w.pg.IsClosed() {
 		_ = w.pg.Conn().SetDeadline(time.Time{})
 	}
@@ -747,6 +757,10 @@ func restartTTL(ctx context.Context, l *lease, ttl time.Duration, sent time.Time
 const (
 	cancelGrace = 2 * time.Second
 	cancelRetry = 50 * time.Millisecond
+	// answerWait bounds how long a wait that ended waits for the answer
+	// to a cancel request in flight (see waitWatch.cancel): the server
+	// answers one that ended the wait as it ends it.
+	answerWait = 50 * time.Millisecond
 )
 
 // grant turns a granted transaction into a lease: it parses the fence and
