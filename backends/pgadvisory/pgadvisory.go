@@ -56,7 +56,7 @@ package pgadvisory
 // none can land later; one in flight gets answerWait after the wait
 // ended), the connection is rolled back, a cancel still
 // pending in the session is consumed, and it goes back to the pool
-// (recycle); otherwise, and always with the flush on, it is closed, so that
+// (recycle, in the background: Acquire returns at once); otherwise, and always with the flush on, it is closed, so that
 // no late cancel request can hit another user of that connection.
 //
 // PgBouncer (internals; the package doc in doc.go has what users need).
@@ -499,20 +499,12 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 		return nil, time.Time{}, err
 	}
 	defer b.markWaiting(pc)()
-	rs, lay, sent, clean, err := b.wait(ctx, pc, b.label(req), grantArgs(key, ms))
+	rs, lay, sent, w, err := b.wait(ctx, pc, b.label(req), grantArgs(key, ms))
 	if ctx.Err() != nil {
-		// Granted or not, nothing may stay held. With the fence flush off,
-		// after a wait whose cancel requests were all answered, ROLLBACK
-		// frees it and the connection goes back to the pool (recycle);
-		// otherwise closing the connection ends the session (and keeps a
-		// late cancel request from reaching a later user of it).
-		if clean && !b.strict {
-			recycle(pc)
-		} else {
-			b.discard(pc)
-		}
+		b.afterCancel(pc, w)
 		return nil, time.Time{}, ctxErr(ctx)
 	}
+	w.settle() // nothing to wait for: no cancel request was sent
 	var fv []byte
 	if err == nil {
 		fv, err = lay.fenceIn(rs)
@@ -533,9 +525,9 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 // flush off, on a connection whose last wait found the session's
 // statement_timeout and lock_timeout at 0 (foldWait), it sends
 // foldedWaitQuery; if that finds a setting changed since (it then took
-// nothing), it rolls back and sends waitQuery. clean: no cancel request
-// sent for the wait can still reach the session (see execWait).
-func (b *backend) wait(ctx context.Context, pc *pgxpool.Conn, label string, args [][]byte) (rs []*pgconn.Result, lay layout, sent time.Time, clean bool, err error) {
+// nothing), it rolls back and sends waitQuery. w is the wait's watch,
+// which the caller settles (see execWait).
+func (b *backend) wait(ctx context.Context, pc *pgxpool.Conn, label string, args [][]byte) (rs []*pgconn.Result, lay layout, sent time.Time, w *waitWatch, err error) {
 	pg := pc.Conn().PgConn()
 	check := serverMajor(pg.ParameterStatus("server_version")) >= 14
 	folded := !b.strict && foldWait(pg)
@@ -549,25 +541,28 @@ func (b *backend) wait(ctx context.Context, pc *pgxpool.Conn, label string, args
 	}
 	run, err := b.send(ctx, pc, label, q, args)
 	if err != nil {
-		return nil, lay, time.Time{}, false, err
+		return nil, lay, time.Time{}, &waitWatch{}, err
 	}
-	rs, sent, clean, err = execWait(ctx, run, !b.strict)
+	rs, sent, w, err = execWait(ctx, run, !b.strict)
 	rs = dropLabelResult(label, rs)
 	if err != nil || b.strict || ctx.Err() != nil {
-		return rs, lay, sent, clean, err
+		return rs, lay, sent, w, err
 	}
 	if !folded {
 		// The restore column is NULL when nothing was lifted: both
 		// timeouts were 0, and the check interval is now set.
 		setFoldWait(pg, resultErr(rs, lay.results, lay.lastCols) == nil && rs[2].Rows[0][1] == nil)
-		return rs, lay, sent, clean, nil
+		return rs, lay, sent, w, nil
 	}
 	if resultErr(rs, lay.results, 0) != nil || len(rs[1].Rows) != 0 {
-		return rs, lay, sent, clean, nil
+		return rs, lay, sent, w, nil
 	}
 	setFoldWait(pg, false)
-	if _, err := execDetached(ctx, pg, "ROLLBACK"); err != nil || !clean {
-		return nil, lay, sent, false, err
+	if !w.settle() {
+		return nil, lay, sent, w, errors.New("pgadvisory: a cancel request is unanswered") // unreachable: ctx has not ended
+	}
+	if _, err := execDetached(ctx, pg, "ROLLBACK"); err != nil {
+		return nil, lay, sent, w, err
 	}
 	return b.wait(ctx, pc, label, args)
 }
@@ -599,21 +594,47 @@ func (b *backend) markWaiting(pc *pgxpool.Conn) (unmark func()) {
 }
 
 // execWait runs the wait query q and returns its results, when it was
-// sent, and whether it is clean: no cancel request sent for it can still
-// reach the session (only if keep: else a request in flight is cut short
-// at once, the connection being closed anyway).
+// sent, and its watch, done sending cancel requests, which the caller
+// settles (waitWatch.settle) before the connection's next use; keep: the
+// connection may be kept after a cancel (else a request in flight is cut
+// short at once, the connection being closed anyway).
 //
 // The wait runs detached from ctx (pgx watches no context): when ctx ends
 // we ask the server to cancel it (the connection survives), and only if
 // that does not end it within cancelGrace is the connection broken, by a
 // deadline on its socket (see waitWatch).
-func execWait(ctx context.Context, q pending, keep bool) (rs []*pgconn.Result, sent time.Time, clean bool, err error) {
-	w := &waitWatch{pg: q.pg, keep: keep}
+func execWait(ctx context.Context, q pending, keep bool) (rs []*pgconn.Result, sent time.Time, w *waitWatch, err error) {
+	w = &waitWatch{pg: q.pg, keep: keep}
 	unwatch := context.AfterFunc(ctx, w.cancel)
 	sent = time.Now()
 	rs, err = readAll(q.run(context.Background()))
 	unwatch()
-	return rs, sent, w.stop(), err
+	w.finish()
+	return rs, sent, w, err
+}
+
+// afterCancel frees pc after a wait whose ctx ended: granted or not,
+// nothing may stay held. With the fence flush off it settles the wait's
+// watch in the background, tracked by b.ops (Close waits for it), so that
+// Acquire returns at once: then, if every cancel request was answered,
+// recycle rolls the connection back and returns it to the pool. Otherwise
+// closing the connection ends the session (and keeps a late cancel request
+// from reaching a later user of it).
+func (b *backend) afterCancel(pc *pgxpool.Conn, w *waitWatch) {
+	if b.strict || !w.keep {
+		w.settle()
+		b.discard(pc)
+		return
+	}
+	b.ops.Add(1) // within this Acquire's own: legal while Close waits
+	go func() {
+		defer b.ops.Done()
+		if w.settle() {
+			recycle(pc)
+		} else {
+			b.discard(pc)
+		}
+	}()
 }
 
 // waitWatch cancels a wait whose ctx ended (see execWait).
@@ -669,19 +690,30 @@ func (w *waitWatch) cancel() {
 	}
 }
 
-// stop ends the watch once the wait is over and reports whether it is
-// clean (no request sent, or every one answered). No cancel request is
-// sent after it returns, and a deadline set on a connection that
-// survived is cleared.
-func (w *waitWatch) stop() (clean bool) {
+// finish marks the wait over: no cancel request is sent after it
+// returns.
+func (w *waitWatch) finish() {
 	w.mu.Lock()
 	w.finished = true
-	over, cancelled, end := w.over, w.cancelled, w.endCancel
+	over := w.over
 	w.mu.Unlock()
-	if over == nil {
+	if over != nil {
+		close(over)
+	}
+}
+
+// settle, after finish, waits for the answer to a cancel request in
+// flight (cutting it short after answerWait, at once if not keep), clears
+// a deadline set on a connection that survived, and reports whether the
+// wait is clean: no request sent, or every one answered, so that none
+// can reach the session later.
+func (w *waitWatch) settle() (clean bool) {
+	w.mu.Lock()
+	cancelled, end := w.cancelled, w.endCancel
+	w.mu.Unlock()
+	if cancelled == nil {
 		return true
 	}
-	close(over)
 	wait := time.Duration(0)
 	if w.keep {
 		wait = answerWait
