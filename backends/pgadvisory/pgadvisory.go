@@ -54,10 +54,11 @@ package pgadvisory
 // until it ends, and nothing is left held. With the fence flush off, when
 // the server answered every request (it has then signalled the session, so
 // none can land later; one in flight gets answerWait after the wait
-// ended), the connection is rolled back, a cancel still
-// pending in the session is consumed, and it goes back to the pool
-// (recycle, in the background: Acquire returns at once); otherwise, and always with the flush on, it is closed, so that
-// no late cancel request can hit another user of that connection.
+// ended), the connection is rolled back, a cancel still pending in the
+// session is consumed, and it goes back to the pool (recycle, in the
+// background: Acquire returns at once); otherwise, and always with the
+// flush on, it is closed, so that no late cancel request can hit another
+// user of that connection.
 //
 // PgBouncer (internals; the package doc in doc.go has what users need).
 //
