@@ -19,13 +19,13 @@ import (
 // pgx's own DeadlineContextWatcherHandler does, delayed by cleanupTimeout).
 // A ctx that cannot end (context.Background) costs nothing.
 func execDetached(ctx context.Context, pg *pgconn.PgConn, sql string) ([]*pgconn.Result, error) {
-	return runDetached(ctx, pg, func(ctx context.Context) *pgconn.MultiResultReader { return pg.Exec(ctx, sql) })
+	return runDetached(ctx, pending{pg: pg, sql: sql})
 }
 
-// runDetached is execDetached of what run starts on pg (see backend.send).
-func runDetached(ctx context.Context, pg *pgconn.PgConn, run func(context.Context) *pgconn.MultiResultReader) ([]*pgconn.Result, error) {
-	g := watchDeadline(ctx, pg, cleanupTimeout)
-	rs, err := run(context.WithoutCancel(ctx)).ReadAll()
+// runDetached is execDetached of q (see backend.send).
+func runDetached(ctx context.Context, q pending) ([]*pgconn.Result, error) {
+	g := watchDeadline(ctx, q.pg, cleanupTimeout)
+	rs, err := readAll(q.run(context.Background())) // pgx watches no context
 	g.stop()
 	return rs, err
 }

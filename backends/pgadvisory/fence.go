@@ -188,9 +188,18 @@ const (
 	argTTL = 1
 )
 
-// grantArgs are the arguments of a grant query.
-func grantArgs(key, ms int64) []string {
-	return []string{strconv.FormatInt(key, 10), strconv.FormatInt(ms, 10)}
+// grantArgs are the arguments of a grant query, as text, in one
+// allocation.
+func grantArgs(key, ms int64) [][]byte {
+	a := new(struct {
+		args [2][]byte
+		buf  [40]byte // two int64s in decimal
+	})
+	b := strconv.AppendInt(a.buf[:0], key, 10)
+	k := len(b)
+	b = strconv.AppendInt(b, ms, 10)
+	a.args[argKey], a.args[argTTL] = b[:k:k], b[k:]
+	return a.args[:]
 }
 
 // tryStrictQuery is TryAcquire's query with the fence flush on. Results:

@@ -50,9 +50,15 @@ package pgadvisory
 // with the fence flush on, see Fence atop fence.go; pg_advisory_xact_lock with it off;
 // one FIFO queue for both): a waiter is granted the moment the holder
 // commits, without polling. statement_timeout and lock_timeout are lifted
-// for the wait and restored after it. A cancelled wait sends a cancel request, then closes its
-// connection instead of returning it to the pool, so nothing is left held
-// and no late cancel request can hit another user of that connection.
+// for the wait and restored after it. A cancelled wait sends cancel requests
+// until it ends, and nothing is left held. With the fence flush off, when
+// the server answered every request (it has then signalled the session, so
+// none can land later; one in flight gets answerWait after the wait
+// ended), the connection is rolled back, a cancel still pending in the
+// session is consumed, and it goes back to the pool (recycle, in the
+// background: Acquire returns at once); otherwise, and always with the
+// flush on, it is closed, so that no late cancel request can hit another
+// user of that connection.
 //
 // PgBouncer (internals; the package doc in doc.go has what users need).
 //
@@ -363,12 +369,12 @@ func (b *backend) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dr
 		q, lay = tryStrictQuery, tryStrictLayout
 	}
 	label := b.label(req)
-	run, err := b.send(ctx, pc, label, q, grantArgs(key, ms)...)
+	run, err := b.send(ctx, pc, label, q, grantArgs(key, ms))
 	sent := time.Now()
 	var fv []byte
 	if err == nil {
 		var rs []*pgconn.Result
-		rs, err = runDetached(ctx, pc.Conn().PgConn(), run)
+		rs, err = runDetached(ctx, run)
 		rs = dropLabelResult(label, rs)
 		if err == nil {
 			fv, err = lay.fenceIn(rs)
@@ -494,14 +500,12 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 		return nil, time.Time{}, err
 	}
 	defer b.markWaiting(pc)()
-	rs, lay, sent, err := b.wait(ctx, pc, b.label(req), grantArgs(key, ms))
+	rs, lay, sent, w, err := b.wait(ctx, pc, b.label(req), grantArgs(key, ms))
 	if ctx.Err() != nil {
-		// Granted or not, nothing may stay held: closing the connection ends
-		// the session (and keeps a late cancel request from reaching a
-		// later user of the connection).
-		b.discard(pc)
+		b.afterCancel(pc, w)
 		return nil, time.Time{}, ctxErr(ctx)
 	}
+	w.settle() // nothing to wait for: no cancel request was sent
 	var fv []byte
 	if err == nil {
 		fv, err = lay.fenceIn(rs)
@@ -522,39 +526,44 @@ func (b *backend) acquireOnce(ctx context.Context, req driver.AcquireRequest, ms
 // flush off, on a connection whose last wait found the session's
 // statement_timeout and lock_timeout at 0 (foldWait), it sends
 // foldedWaitQuery; if that finds a setting changed since (it then took
-// nothing), it rolls back and sends waitQuery.
-func (b *backend) wait(ctx context.Context, pc *pgxpool.Conn, label string, args []string) ([]*pgconn.Result, layout, time.Time, error) {
+// nothing), it rolls back and sends waitQuery. w is the wait's watch,
+// which the caller settles (see execWait).
+func (b *backend) wait(ctx context.Context, pc *pgxpool.Conn, label string, args [][]byte) (rs []*pgconn.Result, lay layout, sent time.Time, w *waitWatch, err error) {
 	pg := pc.Conn().PgConn()
 	check := serverMajor(pg.ParameterStatus("server_version")) >= 14
 	folded := !b.strict && foldWait(pg)
-	q, lay := waitQuery(b.strict, check), waitLayout
+	q := waitQuery(b.strict, check)
+	lay = waitLayout
 	switch {
 	case b.strict:
 		lay = waitStrictLayout
 	case folded:
 		q, lay = foldedWaitQuery(check), foldedWaitLayout
 	}
-	run, err := b.send(ctx, pc, label, q, args...)
+	run, err := b.send(ctx, pc, label, q, args)
 	if err != nil {
-		return nil, lay, time.Time{}, err
+		return nil, lay, time.Time{}, &waitWatch{}, err
 	}
-	rs, sent, err := execWait(ctx, pg, run)
+	rs, sent, w, err = execWait(ctx, run, !b.strict)
 	rs = dropLabelResult(label, rs)
 	if err != nil || b.strict || ctx.Err() != nil {
-		return rs, lay, sent, err
+		return rs, lay, sent, w, err
 	}
 	if !folded {
 		// The restore column is NULL when nothing was lifted: both
 		// timeouts were 0, and the check interval is now set.
 		setFoldWait(pg, resultErr(rs, lay.results, lay.lastCols) == nil && rs[2].Rows[0][1] == nil)
-		return rs, lay, sent, nil
+		return rs, lay, sent, w, nil
 	}
 	if resultErr(rs, lay.results, 0) != nil || len(rs[1].Rows) != 0 {
-		return rs, lay, sent, nil
+		return rs, lay, sent, w, nil
 	}
 	setFoldWait(pg, false)
-	if err := pg.Exec(ctx, "ROLLBACK").Close(); err != nil {
-		return nil, lay, sent, err
+	if !w.settle() {
+		return nil, lay, sent, w, errors.New("pgadvisory: a cancel request is unanswered") // unreachable: ctx has not ended
+	}
+	if _, err := execDetached(ctx, pg, "ROLLBACK"); err != nil {
+		return nil, lay, sent, w, err
 	}
 	return b.wait(ctx, pc, label, args)
 }
@@ -585,54 +594,181 @@ func (b *backend) markWaiting(pc *pgxpool.Conn) (unmark func()) {
 	}
 }
 
-// execWait runs the wait query that run starts on pg and returns its results and when
-// it was sent.
+// execWait runs the wait query q and returns its results, when it was
+// sent, and its watch, done sending cancel requests, which the caller
+// settles (waitWatch.settle) before the connection's next use; keep: the
+// connection may be kept after a cancel (else a request in flight is cut
+// short at once, the connection being closed anyway).
 //
-// The wait runs detached from ctx: when ctx ends we ask the server to
-// cancel it (the connection survives), and only if that does not end it
-// within cancelGrace we break the connection.
-func execWait(ctx context.Context, pg *pgconn.PgConn, run func(context.Context) *pgconn.MultiResultReader) ([]*pgconn.Result, time.Time, error) {
-	execCtx, cancelExec := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelExec()
-	cancelled := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(cancelled)
-		cancelWait(execCtx, cancelExec, pg)
-	})
-	sent := time.Now()
-	rs, err := run(execCtx).ReadAll()
-	cancelExec() // the wait is over: release the AfterFunc, if it runs
-	if !stop() {
-		<-cancelled
-	}
-	return rs, sent, err
+// The wait runs detached from ctx (pgx watches no context): when ctx ends
+// we ask the server to cancel it (the connection survives), and only if
+// that does not end it within cancelGrace is the connection broken, by a
+// deadline on its socket (see waitWatch).
+func execWait(ctx context.Context, q pending, keep bool) (rs []*pgconn.Result, sent time.Time, w *waitWatch, err error) {
+	w = &waitWatch{pg: q.pg, keep: keep}
+	unwatch := context.AfterFunc(ctx, w.cancel)
+	sent = time.Now()
+	rs, err = readAll(q.run(context.Background()))
+	unwatch()
+	w.finish()
+	return rs, sent, w, err
 }
 
-// cancelWait asks the server to cancel the query running on pg until
-// execCtx, the query's context, ends. A cancel request that reaches the
-// server before the query does is ignored, so it repeats the request
-// every cancelRetry. Backstop: a server that does not honour it within
-// cancelGrace (unreachable, frozen) gets its connection broken
-// (cancelExec).
-func cancelWait(execCtx context.Context, cancelExec context.CancelFunc, pg *pgconn.PgConn) {
-	deadline := time.Now().Add(cancelGrace)
+// afterCancel frees pc after a wait whose ctx ended: granted or not,
+// nothing may stay held. With the fence flush off it settles the wait's
+// watch in the background, tracked by b.ops (Close waits for it), so that
+// Acquire returns at once: then, if every cancel request was answered,
+// recycle rolls the connection back and returns it to the pool. Otherwise
+// closing the connection ends the session (and keeps a late cancel request
+// from reaching a later user of it).
+func (b *backend) afterCancel(pc *pgxpool.Conn, w *waitWatch) {
+	if b.strict || !w.keep {
+		w.settle()
+		b.discard(pc)
+		return
+	}
+	b.ops.Add(1) // within this Acquire's own: legal while Close waits
+	go func() {
+		defer b.ops.Done()
+		if w.settle() {
+			recycle(pc)
+		} else {
+			b.discard(pc)
+		}
+	}()
+}
+
+// waitWatch cancels a wait whose ctx ended (see execWait).
+type waitWatch struct {
+	pg   *pgconn.PgConn
+	keep bool // the connection may be kept: wait answerWait for an answer
+
+	mu        sync.Mutex
+	finished  bool               // the wait is over: send nothing more
+	over      chan struct{}      // closed by stop: cancel sends no more requests
+	cancelled chan struct{}      // closed when cancel has returned
+	endCancel context.CancelFunc // cuts a request in flight short
+	answered  bool               // every request cancel sent was answered (read after cancelled)
+}
+
+// cancel asks the server to cancel the wait until it is over, for at most
+// cancelGrace, when the socket's deadline (set now) breaks the
+// connection. A cancel request that reaches the server before the query
+// does is ignored, so it repeats the request every cancelRetry. The
+// server answers a request (closes its connection) once it has signalled
+// the session, so that, when every one was answered, none can reach the
+// session later (see recycle); one still unanswered answerWait after the
+// wait ended is cut short (then the connection is closed: see stop).
+func (w *waitWatch) cancel() {
+	w.mu.Lock()
+	if w.finished {
+		w.mu.Unlock()
+		return
+	}
+	_ = w.pg.Conn().SetDeadline(time.Now().Add(cancelGrace))
+	cctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
+	defer cancel()
+	w.over, w.cancelled, w.endCancel = make(chan struct{}), make(chan struct{}), cancel
+	over, cancelled := w.over, w.cancelled
+	w.mu.Unlock()
+	defer close(cancelled)
 	for {
-		cctx, cancel := context.WithDeadline(execCtx, deadline)
-		_ = pg.CancelRequest(cctx)
-		cancel()
+		_ = w.pg.CancelRequest(cctx)
+		if cctx.Err() != nil {
+			return // the request may have been cut short
+		}
 		t := time.NewTimer(cancelRetry)
 		select {
-		case <-execCtx.Done():
+		case <-over:
+			t.Stop()
+			w.answered = true
+			return
+		case <-cctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
 		}
-		if time.Now().After(deadline) {
-			cancelExec()
-			return
-		}
 	}
 }
+
+// finish marks the wait over: no cancel request is sent after it
+// returns.
+func (w *waitWatch) finish() {
+	w.mu.Lock()
+	w.finished = true
+	over := w.over
+	w.mu.Unlock()
+	if over != nil {
+		close(over)
+	}
+}
+
+// settle, after finish, waits for the answer to a cancel request in
+// flight (cutting it short after answerWait, at once if not keep), clears
+// a deadline set on a connection that survived, and reports whether the
+// wait is clean: no request sent, or every one answered, so that none
+// can reach the session later.
+func (w *waitWatch) settle() (clean bool) {
+	w.mu.Lock()
+	cancelled, end := w.cancelled, w.endCancel
+	w.mu.Unlock()
+	if cancelled == nil {
+		return true
+	}
+	wait := time.Duration(0)
+	if w.keep {
+		wait = answerWait
+	}
+	t := time.NewTimer(wait)
+	select {
+	case <-cancelled:
+	case <-t.C:
+		end() // not answered: it may still land, so the connection will be closed
+		<-cancelled
+	}
+	t.Stop()
+	if !w.pg.IsClosed() {
+		_ = w.pg.Conn().SetDeadline(time.Time{})
+	}
+	return w.answered
+}
+
+// recycle returns pc to the pool after a wait cancelled with the fence
+// flush off, whose cancel requests were all answered (execWait): no more
+// can reach the session. It sends ROLLBACK, which ends the wait's
+// transaction (and frees the lock if it was granted), then pg_sleep(0),
+// whose first act is to check for interrupts: a cancel the session was
+// signalled but has not acted on yet (PostgreSQL keeps one flag for any
+// number of them) cancels it instead of a later user's statement. Both go
+// as one simple query, so that behind PgBouncer they run on one server
+// session. A query so cancelled is sent again, at most recycleTries
+// times; anything else closes the connection (discard).
+func recycle(pc *pgxpool.Conn) {
+	pg := pc.Conn().PgConn()
+	if pg.IsClosed() || pg.Conn().SetDeadline(time.Now().Add(cleanupTimeout)) != nil {
+		discard(pc)
+		return
+	}
+	for range recycleTries {
+		_, err := execDetached(context.Background(), pg, "ROLLBACK; SELECT pg_sleep(0)")
+		if err == nil && pg.TxStatus() == 'I' && pg.Conn().SetDeadline(time.Time{}) == nil {
+			pc.Release()
+			return
+		}
+		var pgErr *pgconn.PgError
+		if pg.IsClosed() || !errors.As(err, &pgErr) || pgErr.Code != codeQueryCanceled {
+			break
+		}
+	}
+	discard(pc)
+}
+
+// recycleTries bounds the ROLLBACKs of recycle; codeQueryCanceled is
+// the SQLSTATE of a cancelled statement.
+const (
+	recycleTries      = 3
+	codeQueryCanceled = "57014"
+)
 
 // restartTTL returns l granted by a wait sent at sent, and when its TTL
 // started. The server's idle timer started when the granting statement
@@ -660,6 +796,12 @@ func restartTTL(ctx context.Context, l *lease, ttl time.Duration, sent time.Time
 const (
 	cancelGrace = 2 * time.Second
 	cancelRetry = 50 * time.Millisecond
+	// answerWait bounds how long a wait that ended waits for the answer
+	// to a cancel request in flight (see waitWatch.cancel): the server
+	// answers one that ended the wait as it ends it, and a fresh
+	// connection costs more (a dial: 16–21 ms on a 2-core VM, several
+	// times that when a burst of cancels loads it).
+	answerWait = 250 * time.Millisecond
 )
 
 // grant turns a granted transaction into a lease: it parses the fence and

@@ -66,7 +66,7 @@ func newQuery(parts ...any) *query {
 // text is q as one simple-protocol query: its statements joined with
 // "; ", each $n replaced by its argument as a quoted literal (args are
 // numbers or labels; see quoteLiteral).
-func (q *query) text(args ...string) string {
+func (q *query) text(args [][]byte) string {
 	var sb strings.Builder
 	sb.Grow(768)
 	for i, s := range q.stmts {
@@ -86,7 +86,7 @@ func (q *query) text(args ...string) string {
 				k++
 			}
 			n, _ := strconv.Atoi(sql[j+1 : k])
-			sb.WriteString(literal(args[s.args[n-1]]))
+			sb.WriteString(literal(string(args[s.args[n-1]])))
 			sql = sql[k:]
 		}
 	}
@@ -114,20 +114,20 @@ func prepared(c *pgx.Conn, labels bool) bool {
 const preparedKey = "fencelock.prepared"
 
 // batch prepares q's statements on c (once per connection: pgx keeps
-// them) and returns the pipeline that binds and executes them with args.
-func (q *query) batch(ctx context.Context, c *pgx.Conn, args ...string) (*pgconn.Batch, error) {
+// them) and returns the pipeline that binds and executes them with args,
+// already encoded as text (see grantArgs).
+func (q *query) batch(ctx context.Context, c *pgx.Conn, args [][]byte) (*pgconn.Batch, error) {
 	var b pgconn.Batch
-	vals := make([][]byte, 0, 4)
+	var vals [4][]byte
 	for _, s := range q.stmts {
 		sd, err := c.Prepare(ctx, s.name, s.sql)
 		if err != nil {
 			return nil, err
 		}
-		vals = vals[:0] // ExecStatement has encoded the previous ones
-		for _, a := range s.args {
-			vals = append(vals, []byte(args[a]))
+		for i, a := range s.args {
+			vals[i] = args[a]
 		}
-		b.ExecStatement(sd, vals, nil, nil)
+		b.ExecStatement(sd, vals[:len(s.args)], nil, nil) // encodes them at once
 	}
 	return &b, nil
 }
@@ -140,20 +140,91 @@ func literal(a string) string {
 	return quoteLiteral(a)
 }
 
-// send starts q with args on pc's connection under a ctx given later: a
-// pipeline of prepared statements or one simple query (see atop this
-// file), label's statement first if any (simple query only: labels are
-// off with prepared statements). Preparing a statement on its first use
-// on the connection is a round trip under ctx.
-func (b *backend) send(ctx context.Context, pc *pgxpool.Conn, label string, q *query, args ...string) (func(context.Context) *pgconn.MultiResultReader, error) {
+// pending is a grant query ready to go on one connection: a pipeline of
+// prepared statements (bt), or else one simple query (sql).
+type pending struct {
+	pg  *pgconn.PgConn
+	sql string
+	bt  *pgconn.Batch
+}
+
+// run sends the query under ctx.
+func (s pending) run(ctx context.Context) *pgconn.MultiResultReader {
+	if s.bt != nil {
+		return s.pg.ExecBatch(ctx, s.bt)
+	}
+	return s.pg.Exec(ctx, s.sql)
+}
+
+// send readies q with args on pc's connection, to be started under a ctx
+// given later: a pipeline of prepared statements or one simple query (see
+// atop this file), label's statement first if any (simple query only:
+// labels are off with prepared statements). Preparing a statement on its
+// first use on the connection is a round trip under ctx.
+func (b *backend) send(ctx context.Context, pc *pgxpool.Conn, label string, q *query, args [][]byte) (pending, error) {
 	pg := pc.Conn().PgConn()
 	if !prepared(pc.Conn(), b.labels) {
-		sql := labelSQL(label) + q.text(args...)
-		return func(ctx context.Context) *pgconn.MultiResultReader { return pg.Exec(ctx, sql) }, nil
+		return pending{pg: pg, sql: labelSQL(label) + q.text(args)}, nil
 	}
-	bt, err := q.batch(ctx, pc.Conn(), args...)
+	bt, err := q.batch(ctx, pc.Conn(), args)
 	if err != nil {
-		return nil, err
+		return pending{}, err
 	}
-	return func(ctx context.Context) *pgconn.MultiResultReader { return pg.ExecBatch(ctx, bt) }, nil
+	return pending{pg: pg, bt: bt}, nil
+}
+
+// readAll is MultiResultReader.ReadAll in fewer allocations (one for a
+// grant's usual results, where ReadAll takes about four per result): the
+// results, their rows and the values copied into one block. Results carry
+// no FieldDescriptions.
+func readAll(mrr *pgconn.MultiResultReader) ([]*pgconn.Result, error) {
+	blk := new(resultBlock)
+	rs, cells, buf := blk.ptrs[:0], blk.cells[:0], blk.buf[:0]
+	for mrr.NextResult() {
+		n := len(rs)
+		var r *pgconn.Result
+		if n < len(blk.res) {
+			r = &blk.res[n]
+		} else {
+			r = new(pgconn.Result)
+		}
+		rr := mrr.ResultReader()
+		for rr.NextRow() {
+			if r.Rows == nil && n < len(blk.rows) {
+				r.Rows = blk.rows[n][:0]
+			}
+			vals := rr.Values()
+			if len(cells)+len(vals) > cap(cells) {
+				cells = make([][]byte, 0, max(len(vals), cap(cells)))
+			}
+			row := cells[len(cells) : len(cells)+len(vals) : len(cells)+len(vals)]
+			cells = cells[:len(cells)+len(vals)]
+			for i, v := range vals {
+				if v == nil {
+					row[i] = nil
+					continue
+				}
+				if len(buf)+len(v) > cap(buf) {
+					buf = make([]byte, 0, max(len(v), 2*cap(buf)))
+				}
+				at := len(buf)
+				buf = append(buf, v...)
+				row[i] = buf[at:len(buf):len(buf)]
+			}
+			r.Rows = append(r.Rows, row)
+		}
+		r.CommandTag, r.Err = rr.Close()
+		rs = append(rs, r)
+	}
+	return rs, mrr.Close()
+}
+
+// resultBlock is the storage of readAll's results, sized for a grant's
+// (at most six results of a row each).
+type resultBlock struct {
+	res   [6]pgconn.Result
+	ptrs  [6]*pgconn.Result
+	rows  [6][1][][]byte
+	cells [12][]byte
+	buf   [192]byte
 }

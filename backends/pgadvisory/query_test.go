@@ -16,7 +16,7 @@ import (
 // by its argument as a literal.
 func TestQueryText(t *testing.T) {
 	q := newQuery("BEGIN", nil, "SELECT $1::text, $2::bigint, $1::text", []int{1, 0})
-	got := q.text("-42", "it's")
+	got := q.text([][]byte{[]byte("-42"), []byte("it's")})
 	want := "BEGIN; SELECT E'it''s'::text, '-42'::bigint, E'it''s'::text"
 	if got != want {
 		t.Fatalf("got %q, want %q", got, want)

@@ -3,8 +3,12 @@ package pgadvisory_test
 import (
 	"context"
 	"errors"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backends/pgadvisory"
@@ -105,5 +109,95 @@ func TestCancelledTryBehindFrozenLink(t *testing.T) {
 		}
 		cancel()
 		t.Logf("%s returned %v after the call", op.name, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// TestCancelledWaitKeepsConnection: with the fence flush off, an Acquire
+// cancelled while it waits returns ctx's error, leaves the server's queue
+// and leaves its connection in the pool: the pool's next user gets the
+// same server session. And no cancel request sent for a wait reaches a
+// later user of its connection: here the request is held back in its dial
+// until after the wait was granted (the grant is freed), and the next
+// statement on the pool, running across the time it would land, is not
+// cancelled.
+func TestCancelledWaitKeepsConnection(t *testing.T) {
+	e := newEnv(t)
+	cfg, err := pgxpool.ParseConfig(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	var slow atomic.Bool
+	dialing := make(chan struct{}, 1)
+	var d net.Dialer
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if slow.Load() { // cancel requests (and a new connection)
+			select {
+			case dialing <- struct{}{}:
+			default:
+			}
+			select {
+			case <-time.After(300 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return d.DialContext(ctx, network, addr)
+	}
+	pool, err := pgxpool.NewWithConfig(e.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	waiter, err := pgadvisory.New(pool, &pgadvisory.Config{NoFenceFlush: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	holder := e.client("fence_flush=false")
+	pid := func(sql string) int32 {
+		var p int32
+		start := time.Now()
+		if err := pool.QueryRow(e.ctx, sql).Scan(&p); err != nil {
+			t.Fatalf("the pool's next statement, %v after the cancelled Acquire returned: %v", time.Since(start).Round(time.Millisecond), err)
+		}
+		return p
+	}
+	for _, late := range []bool{false, true} {
+		name := e.name()
+		pid0 := pid("SELECT pg_backend_pid()")
+		l, err := holder.TryAcquire(e.ctx, name, opts(30*time.Second, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(e.ctx)
+		got := acquireAsync(ctx, waiter, name, opts(30*time.Second, false))
+		e.waitFor(5*time.Second, "waiter queued", func() (bool, error) { n, err := e.waiters(pgadvisory.Key(name)); return n == 1, err })
+		slow.Store(late)
+		cancel()
+		if late {
+			<-dialing // the cancel request is on its way: grant the wait first
+			if err := l.Release(e.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r := <-got; !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("late=%v: cancelled Acquire = %v, want context.Canceled", late, r.err)
+		}
+		if !late {
+			e.waitFor(time.Second, "cancelled waiter gone from the server queue", func() (bool, error) { n, err := e.waiters(pgadvisory.Key(name)); return n == 0, err })
+			if pid1 := pid("SELECT pg_backend_pid()"); pid1 != pid0 {
+				t.Errorf("the cancelled wait's connection was closed: the pool's next statement ran on session %d, not %d", pid1, pid0)
+			}
+			_ = l.Release(e.ctx)
+			continue
+		}
+		_ = pid("SELECT pg_backend_pid() FROM pg_sleep(0.5)")
+		slow.Store(false)
+		if l, err := holder.TryAcquire(e.ctx, name, opts(30*time.Second, false)); err != nil {
+			t.Errorf("after the cancelled Acquire, TryAcquire = %v: the grant it got was not freed", err)
+		} else {
+			_ = l.Release(e.ctx)
+		}
 	}
 }
