@@ -672,8 +672,11 @@ func (w *waitWatch) cancel() {
 	over, cancelled := w.over, w.cancelled
 	w.mu.Unlock()
 	defer close(cancelled)
+	clean := true // every request answered: the server closed its end
 	for {
-		_ = w.pg.CancelRequest(cctx)
+		if err := w.pg.CancelRequest(cctx); err != nil {
+			clean = false // cut short, or broken after it was sent: it may still land
+		}
 		if cctx.Err() != nil {
 			return // the request may have been cut short
 		}
@@ -681,7 +684,7 @@ func (w *waitWatch) cancel() {
 		select {
 		case <-over:
 			t.Stop()
-			w.answered = true
+			w.answered = clean
 			return
 		case <-cctx.Done():
 			t.Stop()
