@@ -66,9 +66,10 @@
 // and for [Tx]. The second transaction costs about 40 µs of server time,
 // so an uncontended TryAcquire+Release stays above raw pgx (Begin, SELECT
 // pg_try_advisory_xact_lock, Commit) plus one flushed commit: on a 2-core
-// VM with fsync on, 310 µs against 85 + 154 µs (1.3×; `make bench-peers`,
-// 2026-12-03), and 1.0–1.6× of the two in BenchmarkAcquireReleaseFsync
-// (interleaved, the upper end on a machine whose disk others kept busy).
+// VM with fsync on, 306–309 µs against 87–92 + 161–166 µs (1.2×; two
+// `make bench-peers` runs, 2026-12-06), and 1.0–1.6× of the two in
+// BenchmarkAcquireReleaseFsync (interleaved, the upper end on a machine
+// whose disk others kept busy).
 // With fence_flush=false a grant is one transaction and matches raw pgx
 // uncontended; every fence still costs a transaction ID, whose COMMIT
 // writes a WAL record that raw pgx's lock transaction does not. With 8
