@@ -17,7 +17,8 @@ func init() {
 // testInspectAgrees: another client's Inspect reports what was granted,
 // field by field as the backend declares (Capabilities.Inspect): held,
 // the label, the fence, a remaining TTL within the granted one, the
-// waiters; a relabel where declared; free after Release.
+// waiters; a relabel where declared; free after Release; and a grant
+// handed to a waiter reads as the waiter's.
 func testInspectAgrees(t TB, e *env) {
 	ic := e.caps.Inspect
 	if !ic.Supported {
@@ -72,15 +73,42 @@ func testInspectAgrees(t TB, e *env) {
 	if info.Held {
 		t.Fatalf("Inspect after Release: %+v, want free", info)
 	}
-	if l2, err := a.TryAcquire(e.ctx, name, opts(longTTL, false)); err == nil {
-		defer l2.Release(e.ctx)
-		info, err = b.Inspect(e.ctx, name)
-		mustNil(t, err, "Inspect of the second grant")
-		if !info.Held || ic.Fence && info.Fence != l2.Fence() || ic.Label && info.Label != l2.Label() || l2.Label() == "" {
-			t.Fatalf("Inspect of a grant with the default label: %+v, want fence %d, label %q (fencelock.DefaultLabel %q)", info, l2.Fence(), l2.Label(), fencelock.DefaultLabel())
-		}
-	} else {
-		t.Fatalf("TryAcquire after Release: %v", err)
+	l2, err := a.TryAcquire(e.ctx, name, opts(longTTL, false))
+	mustNil(t, err, "TryAcquire after Release")
+	info, err = b.Inspect(e.ctx, name)
+	mustNil(t, err, "Inspect of the second grant")
+	if !info.Held || ic.Fence && info.Fence != l2.Fence() || ic.Label && info.Label != l2.Label() || l2.Label() == "" {
+		t.Fatalf("Inspect of a grant with the default label: %+v, want fence %d, label %q (fencelock.DefaultLabel %q)", info, l2.Fence(), l2.Label(), fencelock.DefaultLabel())
+	}
+	e.inspectHandOff(t, b, name, l2, label)
+}
+
+// inspectHandOff: a grant that a Release hands to a waiter blocked in
+// Acquire (the store's queue, where it has one) reads as the waiter's:
+// its label and fence, not the releaser's or none.
+func (e *env) inspectHandOff(t TB, b *fencelock.Client, name string, holder *fencelock.Lease, label string) {
+	t.Helper()
+	ic := e.caps.Inspect
+	label += " (waited)"
+	type res struct {
+		l   *fencelock.Lease
+		err error
+	}
+	got, c := make(chan res, 1), e.client()
+	go func() {
+		l, err := c.Acquire(e.ctx, name, &fencelock.AcquireOptions{TTL: longTTL, Label: label})
+		got <- res{l, err}
+	}()
+	e.waitQueued(t, name, 1, 200*time.Millisecond)
+	mustNil(t, holder.Release(e.ctx), "Release with a waiter")
+	e.waiting("the hand-off to the labelled waiter")
+	g := <-got
+	mustNil(t, g.err, "the labelled waiter's Acquire")
+	defer g.l.Release(e.ctx)
+	info, err := b.Inspect(e.ctx, name)
+	mustNil(t, err, "Inspect of a grant handed to a waiter")
+	if !info.Held || ic.Label && info.Label != label || ic.Fence && info.Fence != g.l.Fence() {
+		t.Fatalf("Inspect of a grant handed to a waiter: %+v, want held, label %q, fence %d", info, label, g.l.Fence())
 	}
 }
 

@@ -11,8 +11,9 @@
 --         (the liveness key holds '<TTL>:<id>'); '' for none
 -- ARGV[6] the lease's label ('' or absent: none): a grant writes
 --         '<fence> <label>' to the label key <base>:label:<token> with the
---         lock's TTL; a queued waiter writes '0 <label>' there, which the
---         release that hands it the lock stamps with its fence
+--         lock's TTL; a queued waiter keeps it in its liveness key
+--         ('<TTL>[:<id>] <label>'), from which the release that hands it
+--         the lock writes that key (see grant.lua)
 -- Returns {fence, 0} when granted, {0, PTTL of the holder} when held
 -- (-1: the key has no expiry), {0, -3} when this attempt was abandoned
 -- (see abandon.lua), {0, -4} when the lock is free but a live waiter is
@@ -110,7 +111,7 @@ if ARGV[5] ~= '' then
   ttl = ttl .. ':' .. ARGV[5]
 end
 if labelled then
-  redis.call('SET', label_key, '0 ' .. ARGV[6], 'PX', ARGV[3])
+  ttl = ttl .. ' ' .. ARGV[6]
 end
 if not redis.call('SET', wait_key, ttl, 'PX', ARGV[3], 'GET') or
     not redis.call('LPOS', KEYS[3], ARGV[1]) then

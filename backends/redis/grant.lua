@@ -5,12 +5,14 @@
 -- before them does not pay for them.
 --
 -- The waiter line of a lock (see the package doc, Waiting) is a list
--- (<base>:line:fencelock, or <base>:line:k:fencelock, see keys.go) of
--- waiting tokens in arrival order, and, per waiting token, a liveness key
--- <base>:wait:<token> holding "<TTL in ms to grant it with>:<its Client's
--- id>" (or the TTL alone: the grant then goes to the release channel
--- itself); the key expires unless the waiter refreshes it, so a waiter
--- that died drops out of line by itself.
+-- (<base>:waiters:fencelock, or <base>:waiters:k:fencelock, see keys.go)
+-- of waiting tokens in arrival order, and, per waiting token, a liveness
+-- key <base>:wait:<token> holding "<TTL in ms to grant it with>:<its
+-- Client's id> <its label>" (without ":<id>", the grant goes to the release
+-- channel itself; without " <label>", the lease has none); the key expires
+-- unless the waiter refreshes it, so a waiter that died drops out of line
+-- by itself. The label rides in the liveness key so that a hand-off writes
+-- the new holder's label key with no read of its own.
 -- Liveness keys are named here, not passed in KEYS: they share the lock's
 -- hash tag, hence its Cluster slot.
 --
@@ -54,19 +56,6 @@ local function grant_fence(fence_key, stored)
   return fence
 end
 
--- relabel stamps fence on a waiter's label key ('0 <label>', written when
--- it queued; see acquire.lua) as it is handed the lock, for ttl ms. A
--- waiter of a version without labels has none: nothing to do.
-local function relabel(key, fence, ttl)
-  local v = redis.call('GET', key)
-  if v then
-    local lab = string.match(v, '^%d+ (.*)$')
-    if lab then
-      redis.call('SET', key, fence .. ' ' .. lab, 'PX', ttl)
-    end
-  end
-end
-
 -- live_head drops waiters whose liveness key is gone from the head of the
 -- line and returns the first live one, or false.
 local function live_head(line, base)
@@ -85,7 +74,8 @@ end
 -- hand_off gives the lock, which the calling script found held under the
 -- token it releases, to the first live waiter in line: it pops entries
 -- until GETDEL returns one's liveness key (see above), overwrites the lock
--- key with that waiter's token and TTL, issues a new fence, and publishes
+-- key with that waiter's token and TTL, issues a new fence, writes the
+-- waiter's label key ('<fence> <label>') if it has a label, and publishes
 -- 'grant <token> <fence>' on its Client's grant channel, <channel>:<cid>
 -- (one subscriber, not every waiting Client). With no live waiter, or a
 -- fence key that is not an integer (stored false), it deletes the lock key
@@ -108,14 +98,14 @@ local function hand_off(lock, fence_key, line, channel, base, stored)
     redis.call('PUBLISH', channel, lock)
     return
   end
-  local ttl, cid = string.match(w, '^(%d+):(%x+)$')
-  if ttl then
+  local ttl, cid, lab = string.match(w, '^(%d+):?(%x*) ?(.*)$')
+  if cid ~= '' then
     channel = channel .. ':' .. cid
-  else
-    ttl = w
   end
   redis.call('SET', lock, h, 'PX', ttl)
-  local fence = grant_fence(fence_key, stored)
-  relabel(base .. ':label:' .. h, string.format('%d', fence), ttl)
-  redis.call('PUBLISH', channel, 'grant ' .. h .. ' ' .. string.format('%d', fence))
+  local fence = string.format('%d', grant_fence(fence_key, stored))
+  if lab ~= '' then
+    redis.call('SET', base .. ':label:' .. h, fence .. ' ' .. lab, 'PX', ttl)
+  end
+  redis.call('PUBLISH', channel, 'grant ' .. h .. ' ' .. fence)
 end

@@ -6,8 +6,8 @@ package redis
 // release it as theirs. The label lives beside it, in
 // B:label:<token> ("<fence> <label>", B the lock's base, see Keys atop keys.go), written
 // by the script that grants (acquire.lua, or the release that hands a
-// waiter the lock: a queued waiter writes "0 <label>" there when it queues,
-// and the hand-off stamps the fence), expiring with the lock and renewed
+// waiter the lock: a queued waiter keeps its label in its liveness key,
+// see grant.lua, whence the hand-off writes it), expiring with the lock and renewed
 // with it; SetLabel rewrites it while the lock holds our token. A redis-py
 // user sees one more key per held lock. Inspect is one read-only script:
 // the holder's token, PTTL and label key; a redis-py or redsync holder reads

@@ -23,8 +23,8 @@ package redis
 //     but none of them live PUBLISHes K on it (see Waiting, atop waiter.go).
 //   - Void key B:void:<token>, only after an acquire attempt whose reply was
 //     lost (see Operations, atop redis.go); it expires after 5 minutes.
-//   - Waiter line B:line:fencelock if B is K itself (K has a hash tag),
-//     else B:line:k:fencelock, and liveness keys B:wait:<token>, only
+//   - Waiter line B:waiters:fencelock if B is K itself (K has a hash tag),
+//     else B:waiters:k:fencelock, and liveness keys B:wait:<token>, only
 //     while Acquire calls wait (see Waiting, atop waiter.go). Two lock keys can share B
 //     ("x" and "{x}"); the two suffixes keep their lines apart.
 //
@@ -46,8 +46,8 @@ package redis
 // instead of K (same hash tag, so same slot; its fence key is
 // K + ":fencelock:fence"). Lock keys and derived keys thus never meet, and
 // distinct names never share a lock key. (The waiter line ends in
-// ":fencelock" too, but is no escaped key: B + ":line" and B + ":line:k"
-// are not reserved. ":queue", the waiter queue of earlier versions, stays
+// ":fencelock" too, but is no escaped key: B + ":waiters" and
+// B + ":waiters:k" are not reserved. ":queue", the waiter queue of earlier versions, stays
 // reserved, so that no name changed its lock key; see Mixed versions.)
 // Every other name, which is every
 // name without braces, is its own lock key and interoperates with
@@ -56,9 +56,12 @@ package redis
 //
 // Mixed versions (internals; the package doc in doc.go has what users need).
 //
-// Earlier versions kept waiters in a sorted set B:queue; this one uses the
-// list above, under another name, so a rolling deploy with old and new
-// Clients on one lock never meets a key of the wrong type. Both kinds of
+// Earlier versions kept waiters in a sorted set B:queue, then in a list
+// B:line[:k]:fencelock whose liveness values held no label (the waiter's
+// label had a key of its own); this one uses the list above, under another
+// name again, so a rolling deploy with old and new Clients on one lock
+// never meets a key of the wrong type or a liveness value it cannot parse
+// (an earlier release script would fail on a labelled one). Both kinds of
 // Client share the lock key, the fence key and its formula, and the
 // reserved names (no name has another lock key in either version), so a
 // lock still has at most one holder and fences still grow. What degrades
@@ -67,7 +70,8 @@ package redis
 // does), and a release hands over only to its own version's waiters; the
 // other version's waiters find the lock free when they next ask, at the
 // holder's expiry or their refresh (at most a second, or TTL/4, later).
-// Once the old Clients are gone, their B:queue expires by itself.
+// Once the old Clients are gone, their B:queue or B:line expires by
+// itself.
 
 import (
 	"strconv"
@@ -145,7 +149,8 @@ func keysFor(name string) keys {
 }
 
 // The waiter line is a list, which replaced the sorted set <base>:queue of
-// earlier versions. Its name ends in escapeSuffix, a suffix reserved since
+// earlier versions, and then the list <base>:line[:k]:fencelock of
+// unlabelled liveness values. Its name ends in escapeSuffix, a suffix reserved since
 // before the line existed, so that no lock key of this version or of an
 // earlier one can be a line (a name spelling it is escaped by both), and
 // no lock key changed when the line came: the set of reserved names is the
@@ -161,8 +166,8 @@ func keysFor(name string) keys {
 // bracedLineSuffix, which never ends in lineSuffix: distinct lock keys
 // have distinct lines.
 const (
-	lineSuffix       = ":line" + escapeSuffix
-	bracedLineSuffix = ":line:k" + escapeSuffix
+	lineSuffix       = ":waiters" + escapeSuffix
+	bracedLineSuffix = ":waiters:k" + escapeSuffix
 )
 
 // escapeSuffix is appended to the lock key of a name that could otherwise
@@ -182,8 +187,8 @@ const escapeSuffix = ":fencelock"
 // suffixes; such names are reserved, and so are hash-tagged names ending in
 // escapeSuffix, so that the escaped keys are distinct from every unescaped
 // one. A line ends in escapeSuffix, yet is no escaped key: an escaped key
-// is a reserved name plus escapeSuffix, and neither base + ":line" nor
-// base + ":line:k" is reserved. The escaped key keeps the name's hash tag, hence its Cluster slot,
+// is a reserved name plus escapeSuffix, and neither base + ":waiters" nor
+// base + ":waiters:k" is reserved. The escaped key keeps the name's hash tag, hence its Cluster slot,
 // and ends in escapeSuffix, which no derived key does: lock keys and
 // derived keys never meet, and distinct names have distinct lock keys.
 func lockKey(name string) string {

@@ -9,8 +9,8 @@ import (
 
 func TestKeysForDocumentedExamples(t *testing.T) {
 	for _, tc := range []struct{ lock, fence, channel, line string }{
-		{"orders:42", "{orders:42}:fence", "{orders:42}:released", "{orders:42}:line:k:fencelock"},
-		{"{user:7}:jobs", "{user:7}:jobs:fence", "{user:7}:jobs:released", "{user:7}:jobs:line:fencelock"},
+		{"orders:42", "{orders:42}:fence", "{orders:42}:released", "{orders:42}:waiters:k:fencelock"},
+		{"{user:7}:jobs", "{user:7}:jobs:fence", "{user:7}:jobs:released", "{user:7}:jobs:waiters:fencelock"},
 		{"a{b", "{a{b}:fence", "{a{b}:released", ""},            // no '}': the whole key is the tag
 		{"ü/日本", "{ü/日本}:fence", "{ü/日本}:released", ""},         // bytes, not runes
 		{"x{y}z{w}", "x{y}z{w}:fence", "x{y}z{w}:released", ""}, // first tag wins
@@ -91,7 +91,7 @@ func TestMillisRoundsUp(t *testing.T) {
 // lock key or any name's fence, channel or void key, and unreserved names
 // map to themselves.
 func TestLockKeysNeverMeetDerivedKeys(t *testing.T) {
-	parts := []string{"x", "{", "}", "{x}", ":fence", ":released", ":fencelock", ":void:", ":wait:", ":queue", ":line", ":k", "0123456789abcdef0123456789abcdef", ":"}
+	parts := []string{"x", "{", "}", "{x}", ":fence", ":released", ":fencelock", ":void:", ":wait:", ":queue", ":line", ":waiters", ":k", "0123456789abcdef0123456789abcdef", ":"}
 	names := map[string]bool{}
 	var gen func(prefix string, depth int)
 	gen = func(prefix string, depth int) {

@@ -26,7 +26,7 @@ func TestDerivedKeysAreNotLockKeys(t *testing.T) {
 		t.Fatal(`plain name "x" is not locked under the key "x" (interop with redis-py/redsync)`)
 	}
 	fx := rc.Get(ctx, "{x}:fence").Val()
-	for _, n := range []string{"{x}:fence", "{x}:released", "{x}:queue", "{x}:line:fencelock", "{x}:line", "{x}:void:0123456789abcdef0123456789abcdef", "{x}:wait:0123456789abcdef0123456789abcdef", "{x}:fence:fencelock", "{x}:fencelock"} {
+	for _, n := range []string{"{x}:fence", "{x}:released", "{x}:queue", "{x}:line:fencelock", "{x}:line", "{x}:waiters:fencelock", "{x}:waiters", "{x}:void:0123456789abcdef0123456789abcdef", "{x}:wait:0123456789abcdef0123456789abcdef", "{x}:fence:fencelock", "{x}:fencelock"} {
 		l, err := c.TryAcquire(ctx, n, o)
 		if err != nil {
 			t.Fatalf("TryAcquire(%q) after \"x\" was used: %v", n, err)

@@ -28,11 +28,9 @@ if stored then
     -- inlined (no function is defined on this path): the lock key is
     -- overwritten with the waiter's token and TTL, no DEL first.
     local channel = ARGV[2]
-    local ttl, cid = string.match(w, '^(%d+):(%x+)$')
-    if ttl then
+    local ttl, cid, lab = string.match(w, '^(%d+):?(%x*) ?(.*)$')
+    if cid ~= '' then
       channel = channel .. ':' .. cid
-    else
-      ttl = w
     end
     redis.call('SET', KEYS[1], h, 'PX', ttl)
     local t = redis.call('TIME')
@@ -42,14 +40,9 @@ if stored then
     end
     fence = string.format('%d', fence)
     redis.call('SET', KEYS[2], fence)
-    -- The waiter's label key ('0 <label>', see acquire.lua) gets the fence.
-    local lk = ARGV[3] .. ':label:' .. h
-    local lv = redis.call('GET', lk)
-    if lv then
-      local lab = string.match(lv, '^%d+ (.*)$')
-      if lab then
-        redis.call('SET', lk, fence .. ' ' .. lab, 'PX', ttl)
-      end
+    -- The waiter's label, kept in its liveness key (see acquire.lua).
+    if lab ~= '' then
+      redis.call('SET', ARGV[3] .. ':label:' .. h, fence .. ' ' .. lab, 'PX', ttl)
     end
     redis.call('PUBLISH', channel, 'grant ' .. h .. ' ' .. fence)
     return 1

@@ -5,9 +5,9 @@ package redis
 // A blocked Acquire waits in line on the server, and a release hands the
 // lock straight to the first live waiter, in the release script itself:
 //
-//   - Waiter line (B:line:fencelock, see Keys atop keys.go), a list of waiting tokens in
+//   - Waiter line (B:waiters:fencelock, see Keys atop keys.go), a list of waiting tokens in
 //     arrival order, and per waiter a liveness key B:wait:<token> holding
-//     the TTL to grant it with. The liveness key expires unless the waiter
+//     the TTL to grant it with, its Client's id and its label. The liveness key expires unless the waiter
 //     refreshes it (every TTL/4, at most every second; it lasts three
 //     refreshes, at least 300 ms), so a waiter that died drops out of line
 //     by itself. Both exist only while someone waits (a line of dead
@@ -24,10 +24,11 @@ package redis
 //   - Release, in the same script, pops the line's head and GETDELs its
 //     liveness key, dropping heads whose key is gone, until one is live;
 //     then it overwrites the lock key with that waiter's token and TTL,
-//     issues its fence exactly as Acquire does, and PUBLISHes
+//     issues its fence exactly as Acquire does, writes the waiter's label
+//     key from its liveness key's label, and PUBLISHes
 //     "grant <token> <fence>" on that waiter's
 //     Client's grant channel, B:released:<client id> (32 hex digits, random
-//     per Client, stored with the waiter's TTL in its liveness key), which
+//     per Client, stored in the waiter's liveness key), which
 //     only that Client subscribes to: a grant wakes one Client, not every
 //     Client waiting on the lock. With nobody in line the release publishes
 //     nothing: a waiter is in line before it sleeps (its queued attempt ran

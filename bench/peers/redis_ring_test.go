@@ -78,7 +78,7 @@ func ring(b *testing.B, mode string) {
 	// pass hands the token on and re-asks, as the mode says.
 	pass := func(c *goredis.Client, i int, next, token string) error {
 		if mode == "scripts" || mode == "reserve" {
-			keys := []string{"ring", "{ring}:fence", "{ring}:line:fencelock"}
+			keys := []string{"ring", "{ring}:fence", "{ring}:waiters:fencelock"}
 			const tok, cid = "cfe772b5f4f79d4e8364f3dd592453eb", "362c558c65935c92c627c915f99c5d98"
 			if err := ringRelease.Run(ctx, c, keys, tok, next, token).Err(); err != nil {
 				return err
