@@ -9,7 +9,8 @@
 // Start starts the servers as in production (fsync on; stock etcd with
 // default timing), Run measures in interleaved rounds (and within a round
 // the uncontended and hand-off measures of one store's implementations in
-// turns of a few milliseconds), and the result is a Result (JSON, schema in its doc comment) and a Markdown table. The
+// turns of a few milliseconds, their contention in turns of a second), and
+// the result is a Result (JSON, schema in its doc comment) and a Markdown table. The
 // program is bench/cmd/benchpeers (`make bench-peers`). It lives in the
 // nested bench module so the library's go.mod never requires a peer.
 //

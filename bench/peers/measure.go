@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -120,92 +119,6 @@ func drain(ctx context.Context, holder Lock, waiters []Lock, key string, n int, 
 		lat = append(lat, last.Sub(t0))
 	}
 	s[MDrain] = ms(pct(lat, 0.5))
-	return nil
-}
-
-// contend runs the workers on one key for d: each loops Wait, release.
-// A wait cut off by the end of the run counts toward the worst wait.
-// contend runs the workers on one key for d: throughput, worst wait,
-// spread, re-grabs, and the CPU time per grant of this process (every
-// client) and of the store's server processes (server, if not nil).
-func contend(ctx context.Context, workers []Lock, server func() []int, key string, d time.Duration, s sample) error {
-	rctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	var (
-		last    atomic.Int64 // worker index+1 of the previous grant
-		regrabs atomic.Int64
-		mu      sync.Mutex
-		worst   time.Duration // the longest wait, up to the run's end
-		cut     time.Duration // the longest return of a wait the end cut off
-		counts  = make([]int, len(workers))
-		errs    []error
-		wg      sync.WaitGroup
-	)
-	var pids []int
-	if server != nil {
-		pids = server()
-	}
-	srv0, srvOK := serverCPU(pids)
-	start, cpu0 := time.Now(), processCPU()
-	end, _ := rctx.Deadline()
-	for i, w := range workers {
-		wg.Go(func() {
-			var myWorst, myCut time.Duration
-			var err error
-			for rctx.Err() == nil {
-				t0 := time.Now()
-				var u Unlock
-				u, err = w.Wait(rctx, key)
-				if err != nil {
-					if rctx.Err() != nil {
-						// Cut off by the run's end: it waited until
-						// the end, and then took cut to return.
-						myWorst = max(myWorst, end.Sub(t0))
-						myCut, err = time.Since(end), nil
-					}
-					break
-				}
-				myWorst = max(myWorst, min(time.Since(t0), end.Sub(t0))) // a grant after the end waited until the end
-				counts[i]++
-				if last.Swap(int64(i+1)) == int64(i+1) {
-					regrabs.Add(1)
-				}
-				if err = u(context.WithoutCancel(ctx)); err != nil {
-					break
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			worst, cut = max(worst, myWorst), max(cut, myCut)
-			errs = append(errs, err)
-		})
-	}
-	wg.Wait()
-	elapsed, cpu := time.Since(start), processCPU()-cpu0
-	srv, srvOK2 := serverCPU(pids)
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	total := 0
-	for _, c := range counts {
-		total += c
-	}
-	lo, hi := slices.Min(counts), slices.Max(counts)
-	s[MThroughput] = float64(total) / elapsed.Seconds()
-	s[MWorstWait] = ms(worst)
-	s[MCutoffReturn] = ms(cut)
-	s[MWorkerMin] = float64(lo)
-	s[MWorkerMax] = float64(hi)
-	s[MWorkerRatio] = float64(hi) / float64(max(lo, 1)) // a starved worker counts as 1
-	if total > 1 {
-		s[MRegrab] = 100 * float64(regrabs.Load()) / float64(total-1)
-	}
-	if total > 0 && cpu > 0 {
-		s[MClientCPU] = us(cpu) / float64(total)
-	}
-	if total > 0 && srvOK && srvOK2 {
-		s[MServerCPU] = us(srv-srv0) / float64(total)
-	}
 	return nil
 }
 

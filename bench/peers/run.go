@@ -150,25 +150,37 @@ func closeFloors(floors []*floorRun) {
 }
 
 // runRound runs round number round: the uncontended and hand-off
-// measures of every store's implementations side by side, then every
-// implementation's chunk in turn (see chunkOrder), then every floor.
+// measures of every store's implementations side by side, then store by
+// store each implementation's drain (in an order rotated per round, see
+// chunkOrder) and the store's contention, its implementations taking
+// turns (contendSideBySide), then every floor.
 func runRound(ctx context.Context, env *Env, cfg Config, round int, runs []*implRun, floors []*floorRun) {
 	side := sideBySide(ctx, env, cfg, round, runs)
-	for _, i := range chunkOrder(env, cfg, round, runs) {
-		im, r := env.Impls[i], runs[i]
-		if side[i] == nil {
-			continue
+	for _, idx := range chunkOrder(env, cfg, round, runs) {
+		var live []int
+		t0 := map[int]time.Time{}
+		for _, i := range idx {
+			if side[i] == nil {
+				continue
+			}
+			t0[i] = time.Now()
+			if err := drainChunk(ctx, runs[i].clients, keyBase(env.Impls[i].ID, round), cfg, side[i]); err != nil {
+				runs[i].fail(cfg, round, env.Impls[i].ID, err)
+				continue
+			}
+			live = append(live, i)
 		}
-		t0 := time.Now()
-		s, err := chunk(ctx, r.clients, im.Server, keyBase(im.ID, round), cfg, side[i])
-		if err != nil {
-			r.errs = append(r.errs, fmt.Sprintf("round %d: %v", round, err))
-			cfg.logf("round %d %-30s ERROR %v", round, im.ID, err)
-			continue
+		for j, err := range contendSideBySide(ctx, env, cfg, round, runs, live, side) {
+			i := live[j]
+			if err != nil {
+				runs[i].fail(cfg, round, env.Impls[i].ID, fmt.Errorf("contention: %w", err))
+				continue
+			}
+			s := side[i]
+			runs[i].samples = append(runs[i].samples, s)
+			cfg.logf("round %d %-30s %6.1fs  acq+rel p50 %.0fµs, hand-off p50 %.0fµs, %.0f/s contended",
+				round, env.Impls[i].ID, time.Since(t0[i]).Seconds(), s[MUncontP50], s[MHandoffP50], s[MThroughput])
 		}
-		r.samples = append(r.samples, s)
-		cfg.logf("round %d %-30s %6.1fs  acq+rel p50 %.0fµs, hand-off p50 %.0fµs, %.0f/s contended",
-			round, im.ID, time.Since(t0).Seconds(), s[MUncontP50], s[MHandoffP50], s[MThroughput])
 	}
 	for i, f := range floors {
 		if f.op == nil {
@@ -184,16 +196,21 @@ func runRound(ctx context.Context, env *Env, cfg Config, round int, runs []*impl
 	}
 }
 
-// chunkOrder is the order of round's chunks: store by store, each
-// store's implementations rotated by one place per round, so that none
-// always goes first (after another store's contention, or on a server
-// just started; on dynalite the first chunk measured slower).
-func chunkOrder(env *Env, cfg Config, round int, runs []*implRun) []int {
-	var order []int
+// fail records a round's error of this implementation.
+func (r *implRun) fail(cfg Config, round int, id string, err error) {
+	r.errs = append(r.errs, fmt.Sprintf("round %d: %v", round, err))
+	cfg.logf("round %d %-30s ERROR %v", round, id, err)
+}
+
+// chunkOrder is round's order of each store's implementations: store by
+// store, each store's implementations rotated by one place per round, so
+// that none always goes first (after another store's contention, or on a
+// server just started; on dynalite the first chunk measured slower).
+func chunkOrder(env *Env, cfg Config, round int, runs []*implRun) [][]int {
+	var order [][]int
 	for _, idx := range runnableByStore(env, cfg, runs) {
 		k := (round - 1) % len(idx)
-		order = append(order, idx[k:]...)
-		order = append(order, idx[:k]...)
+		order = append(order, slices.Concat(idx[k:], idx[:k]))
 	}
 	return order
 }
@@ -205,22 +222,19 @@ func keyBase(id string, round int) string {
 	return fmt.Sprintf("peers-%s-r%d", strings.NewReplacer("/", "-", ".", "-").Replace(id), round)
 }
 
-// chunk runs the rest of one implementation's measures once (drain and
-// contention; see sideBySide for the others), adding them to s.
-func chunk(ctx context.Context, cs clients, server func() []int, key string, cfg Config, s sample) (sample, error) {
+// drainChunk runs one implementation's drain measure once, adding it to
+// s (see sideBySide and contendSideBySide for the others).
+func drainChunk(ctx context.Context, cs clients, key string, cfg Config, s sample) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.ChunkTimeout)
 	defer cancel()
 	c := cfg.Counts
 	if err := drain(ctx, cs[0], cs[1:], key+"-d", c.Drains, c.Settle, s); err != nil {
-		return nil, fmt.Errorf("drain: %w", err)
-	}
-	if err := contend(ctx, cs[1:], server, key+"-c", c.Contention, s); err != nil {
-		return nil, fmt.Errorf("contention: %w", err)
+		return fmt.Errorf("drain: %w", err)
 	}
 	if ctx.Err() != nil {
-		return nil, errors.New("chunk timed out")
+		return errors.New("drain timed out")
 	}
-	return s, nil
+	return nil
 }
 
 // aggregate is the median, min and max of each metric over the samples.
