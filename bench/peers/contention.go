@@ -3,6 +3,7 @@ package peers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,9 @@ func contendTurn(ctx context.Context, workers []Lock, server func() []int, key s
 		errs    []error
 		wg      sync.WaitGroup
 	)
+	if err := warm(ctx, workers, key); err != nil {
+		return err
+	}
 	var pids []int
 	if server != nil {
 		pids = server()
@@ -130,6 +134,29 @@ func contendTurn(ctx context.Context, workers []Lock, server func() []int, key s
 	t.srv += e.srv - srv0
 	t.srvOK = t.srvOK && srvOK && e.srvOK
 	return nil
+}
+
+// warm has every worker take and release a key of its own (Wait: not
+// every peer has a non-blocking acquire; nobody else waits), untimed,
+// before a turn: a client whose wait the previous turn's end cut off may
+// have closed its connection (raw pgx breaks it, fencelock's strict
+// Postgres closes it), and dialling again is no part of contention.
+func warm(ctx context.Context, workers []Lock, key string) error {
+	errs := make([]error, len(workers))
+	var wg sync.WaitGroup
+	for i, w := range workers {
+		wg.Go(func() {
+			u, err := w.Wait(ctx, fmt.Sprintf("%s-warm%d", key, i))
+			if err == nil {
+				err = u(ctx)
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("warm-up: %w", err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // write stores the turns' measures in s: throughput over the turns'

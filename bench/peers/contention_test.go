@@ -2,6 +2,7 @@ package peers
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,10 +12,11 @@ import (
 // except that after the first grant of each worker's turn (first) the
 // next Wait ignores ctx and grants late, after the turn's end.
 type waitLock struct {
-	name string
-	log  *syncLog
-	late time.Duration // 0: never late
-	n    int
+	name  string
+	log   *syncLog
+	late  time.Duration // 0: never late
+	n     int
+	tries int
 }
 
 type syncLog struct {
@@ -34,6 +36,10 @@ func (l *waitLock) Try(ctx context.Context, key string) (Unlock, bool, error) {
 }
 
 func (l *waitLock) Wait(ctx context.Context, key string) (Unlock, error) {
+	if strings.Contains(key, "-warm") { // the warm-up before a turn: at once, unlogged
+		l.tries++
+		return func(context.Context) error { return nil }, nil
+	}
 	l.n++
 	if l.late > 0 && l.n%2 == 0 {
 		time.Sleep(l.late) // a grant that lands after the turn's end
@@ -97,6 +103,11 @@ func TestContendTurnCountsUntilEnd(t *testing.T) {
 	}
 	if len(log.names) != 4 {
 		t.Fatalf("%d grants made, want 4 (one early, one late per worker)", len(log.names))
+	}
+	for _, w := range workers {
+		if n := w.(*waitLock).tries; n != 1 {
+			t.Fatalf("%d warm-up tries by a worker, want 1 before the turn", n)
+		}
 	}
 	if tl.counts[0] != 1 || tl.counts[1] != 1 {
 		t.Fatalf("grants counted per worker %v, want [1 1]: the late ones came after the end", tl.counts)
