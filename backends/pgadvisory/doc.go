@@ -66,8 +66,9 @@
 // and for [Tx]. The second transaction costs about 40 µs of server time,
 // so an uncontended TryAcquire+Release stays above raw pgx (Begin, SELECT
 // pg_try_advisory_xact_lock, Commit) plus one flushed commit: on a 2-core
-// VM with fsync on, 306–309 µs against 87–92 + 161–166 µs (1.2×; two
-// `make bench-peers` runs, 2026-12-06), and 1.0–1.6× of the two in
+// VM with fsync on, 295–340 µs against 86–90 + 210–220 µs (1.0–1.1×; two
+// `make bench-peers` runs, 2026-12-07; 1.2× in two the day before), and
+// 1.0–1.6× of the two in
 // BenchmarkAcquireReleaseFsync (interleaved, the upper end on a machine
 // whose disk others kept busy).
 // With fence_flush=false a grant is one transaction and matches raw pgx
