@@ -44,18 +44,6 @@ func newTally(workers int) *tally { return &tally{counts: make([]int, workers), 
 // cancelled wait costs, reported as the cut-off return) are not
 // contention: a run that never ends has none.
 func contendTurn(ctx context.Context, workers []Lock, server func() []int, key string, d time.Duration, t *tally) error {
-	rctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	var (
-		last    atomic.Int64 // worker index+1 of the previous grant
-		regrabs atomic.Int64
-		mu      sync.Mutex
-		worst   time.Duration
-		cut     time.Duration
-		counts  = make([]int, len(workers))
-		errs    []error
-		wg      sync.WaitGroup
-	)
 	if err := warm(ctx, workers, key); err != nil {
 		return err
 	}
@@ -65,75 +53,105 @@ func contendTurn(ctx context.Context, workers []Lock, server func() []int, key s
 	}
 	srv0, srvOK := serverCPU(pids)
 	start, cpu0 := time.Now(), processCPU()
-	end, _ := rctx.Deadline()
-	type atEnd struct {
-		at       time.Time
-		cpu, srv time.Duration
-		srvOK    bool
-	}
-	sampled := make(chan atEnd, 1)
-	go func() {
-		<-rctx.Done()
-		e := atEnd{at: time.Now(), cpu: processCPU()}
-		e.srv, e.srvOK = serverCPU(pids)
-		sampled <- e
-	}()
+	rctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	sampled := sampleAtEnd(rctx, pids)
+	r := &turnRun{ctx: ctx, rctx: rctx, key: key, counts: make([]int, len(workers))}
+	r.end, _ = rctx.Deadline()
+	var wg sync.WaitGroup
 	for i, w := range workers {
-		wg.Go(func() {
-			var myWorst, myCut time.Duration
-			var err error
-			for rctx.Err() == nil {
-				t0 := time.Now()
-				var u Unlock
-				u, err = w.Wait(rctx, key)
-				if err != nil {
-					if rctx.Err() != nil {
-						// Cut off by the turn's end: it waited until
-						// the end, and then took cut to return.
-						myWorst = max(myWorst, end.Sub(t0))
-						myCut, err = time.Since(end), nil
-					}
-					break
-				}
-				got := time.Now()
-				myWorst = max(myWorst, min(got.Sub(t0), end.Sub(t0))) // a grant after the end waited until the end
-				if got.Before(end) {
-					counts[i]++
-					if last.Swap(int64(i+1)) == int64(i+1) {
-						regrabs.Add(1)
-					}
-				}
-				if err = u(context.WithoutCancel(ctx)); err != nil {
-					break
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			worst, cut = max(worst, myWorst), max(cut, myCut)
-			errs = append(errs, err)
-		})
+		wg.Go(func() { r.work(i, w) })
 	}
 	wg.Wait()
 	cancel()
 	e := <-sampled
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(r.errs...); err != nil {
 		return err
 	}
 	n := 0
-	for i, c := range counts {
+	for i, c := range r.counts {
 		t.counts[i] += c
 		n += c
 	}
 	if n > 0 {
 		t.firsts++
 	}
-	t.regrabs += int(regrabs.Load())
-	t.worst, t.cut = max(t.worst, worst), max(t.cut, cut)
+	t.regrabs += int(r.regrabs.Load())
+	t.worst, t.cut = max(t.worst, r.worst), max(t.cut, r.cut)
 	t.ran += e.at.Sub(start)
 	t.cpu += e.cpu - cpu0
 	t.srv += e.srv - srv0
 	t.srvOK = t.srvOK && srvOK && e.srvOK
 	return nil
+}
+
+// endSample is the time and the CPU times at a turn's end.
+type endSample struct {
+	at       time.Time
+	cpu, srv time.Duration
+	srvOK    bool
+}
+
+// sampleAtEnd samples this process's and the pids' CPU time when ctx
+// ends, on the returned channel.
+func sampleAtEnd(ctx context.Context, pids []int) <-chan endSample {
+	c := make(chan endSample, 1)
+	go func() {
+		<-ctx.Done()
+		e := endSample{at: time.Now(), cpu: processCPU()}
+		e.srv, e.srvOK = serverCPU(pids)
+		c <- e
+	}()
+	return c
+}
+
+// turnRun is one contention turn's shared state.
+type turnRun struct {
+	ctx, rctx context.Context // the caller's; the turn's, ending at end
+	end       time.Time
+	key       string
+	last      atomic.Int64 // worker index+1 of the previous grant
+	regrabs   atomic.Int64
+	counts    []int // grants per worker before the end
+
+	mu         sync.Mutex
+	worst, cut time.Duration
+	errs       []error
+}
+
+// work is worker i's loop: Wait, release, until the turn's end.
+func (r *turnRun) work(i int, w Lock) {
+	var worst, cut time.Duration
+	var err error
+	for r.rctx.Err() == nil {
+		t0 := time.Now()
+		var u Unlock
+		u, err = w.Wait(r.rctx, r.key)
+		if err != nil {
+			if r.rctx.Err() != nil {
+				// Cut off by the turn's end: it waited until the
+				// end, and then took cut to return.
+				worst = max(worst, r.end.Sub(t0))
+				cut, err = time.Since(r.end), nil
+			}
+			break
+		}
+		got := time.Now()
+		worst = max(worst, min(got.Sub(t0), r.end.Sub(t0))) // a grant after the end waited until the end
+		if got.Before(r.end) {
+			r.counts[i]++
+			if r.last.Swap(int64(i+1)) == int64(i+1) {
+				r.regrabs.Add(1)
+			}
+		}
+		if err = u(context.WithoutCancel(r.ctx)); err != nil {
+			break
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.worst, r.cut = max(r.worst, worst), max(r.cut, cut)
+	r.errs = append(r.errs, err)
 }
 
 // warm has every worker take and release a key of its own (Wait: not
