@@ -35,7 +35,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	c := open(b, d.URL(), nil)
 	dc := native(b, c)
 	table := tableOf(b, d.URL())
-	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	s := attrS
 	peerKey := map[string]types.AttributeValue{"key": s("bench-peer")}
 	// The protocol's client as benchpeers opens it: the SDK's defaults
 	// (its own HTTP client), or fencelock's when the server is external.

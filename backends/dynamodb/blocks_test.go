@@ -36,8 +36,7 @@ func BenchmarkAcquireReleaseBlocks(b *testing.B) {
 	}
 	pc := ddb.New(ddb.Options{Region: "us-east-1", BaseEndpoint: aws.String(d.Endpoint()),
 		Credentials: credentials.NewStaticCredentialsProvider("dummy", "dummy", "")})
-	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-	n := func(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
+	s, n := attrS, attrN
 	pid := d.Proc.PID()
 	newUUID := func() string {
 		h := randHex(16)

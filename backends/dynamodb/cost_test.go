@@ -32,8 +32,7 @@ func BenchmarkRequestCost(b *testing.B) {
 	c := open(b, d.URL(), nil)
 	dc := native(b, c)
 	table := tableOf(b, d.URL())
-	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-	n := func(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
+	s, n := attrS, attrN
 	pid := 0
 	if d.Proc != nil {
 		pid = d.Proc.PID()

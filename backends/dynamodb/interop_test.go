@@ -223,7 +223,7 @@ func TestMalformedForeignItems(t *testing.T) {
 	c := open(t, d.URL(), nil)
 	dc := native(t, c)
 	table := tableOf(t, d.URL())
-	S := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	S := attrS
 	good := func() map[string]types.AttributeValue {
 		return map[string]types.AttributeValue{"ownerName": S("x"), "recordVersionNumber": S("v1"), "leaseDuration": S("100")}
 	}
@@ -274,7 +274,7 @@ func TestGoDurationLease(t *testing.T) {
 	c := open(t, d.URL(), nil)
 	table := tableOf(t, d.URL())
 	key := name(t)
-	S := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	S := attrS
 	item := map[string]types.AttributeValue{"key": S(key), "ownerName": S("go-client"), "recordVersionNumber": S("v1"), "leaseDuration": S("300ms")}
 	if _, err := native(t, c).PutItem(ctx, &ddb.PutItemInput{TableName: &table, Item: item}); err != nil {
 		t.Fatal(err)

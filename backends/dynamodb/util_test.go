@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strconv"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 func randHex(n int) string {
@@ -25,3 +27,7 @@ func tableOf(tb testing.TB, rawURL string) string {
 	}
 	return u.Host
 }
+
+// attrS and attrN are string and number attribute values.
+func attrS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+func attrN(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
