@@ -8,7 +8,10 @@ package redis
 // by the script that grants (acquire.lua, or the release that hands a
 // waiter the lock: a queued waiter keeps its label in its liveness key,
 // see grant.lua, whence the hand-off writes it), expiring with the lock and renewed
-// with it; SetLabel rewrites it while the lock holds our token. A redis-py
+// with it, and deleted by the release or abandon that frees the grant (so
+// that a released grant's key does not linger on to its TTL: thousands of
+// keys waiting to expire cost the server more than the DEL); SetLabel
+// rewrites it while the lock holds our token. A redis-py
 // user sees one more key per held lock. Inspect is one read-only script:
 // the holder's token, PTTL and label key; a redis-py or redsync holder reads
 // as held with no label and fence 0. The waiter line may hold stale

@@ -21,6 +21,10 @@ package redis
 //     one small key per lock name ever used).
 //   - Release channel B:released: a release that found waiters' entries
 //     but none of them live PUBLISHes K on it (see Waiting, atop waiter.go).
+//   - Label key B:label:<token> ("<fence> <label>"), while a labelled
+//     grant is held: written by the script that grants, deleted by the
+//     release or abandon that frees the grant, else expiring with the lock
+//     (see Labels and Inspect, atop inspect.go).
 //   - Void key B:void:<token>, only after an acquire attempt whose reply was
 //     lost (see Operations, atop redis.go); it expires after 5 minutes.
 //   - Waiter line B:waiters:fencelock if B is K itself (K has a hash tag),

@@ -3,6 +3,9 @@
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] waiter line
 -- ARGV[1] owner token   ARGV[2] release channel   ARGV[3] the keys' base
 -- Returns 1 when released, 0 when the lock was no longer ours.
+-- Every path that frees our grant deletes our label key (acquire.lua)
+-- with it: a label key lives while its grant is held, not on to its TTL
+-- (a key per grant left to expire costs the server more than the DEL).
 --
 -- One MGET reads the lock and the fence. (MGET reads a key that is not a
 -- string as nil: a lock key of another kind is not ours.)
@@ -19,7 +22,7 @@ if stored then
     -- sleeps: its queued attempt ran either before this script (it is in
     -- line) or after it (it found the lock free). So the common case
     -- publishes nothing.
-    redis.call('DEL', KEYS[1])
+    redis.call('DEL', KEYS[1], ARGV[3] .. ':label:' .. ARGV[1])
     return 1
   end
   local w = redis.call('GETDEL', ARGV[3] .. ':wait:' .. h)
@@ -33,6 +36,7 @@ if stored then
       channel = channel .. ':' .. cid
     end
     redis.call('SET', KEYS[1], h, 'PX', ttl)
+    redis.call('DEL', ARGV[3] .. ':label:' .. ARGV[1])
     local t = redis.call('TIME')
     local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
     if fence <= stored then
@@ -52,6 +56,7 @@ end
 -- Rare: the head's liveness lapsed (its entry is dropped; look further),
 -- or the fence key is not an integer (tell the waiters, whose attempts
 -- then report it).
+redis.call('DEL', ARGV[3] .. ':label:' .. ARGV[1])
 --[[grant.lua]]
 
 hand_off(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3], stored)

@@ -33,7 +33,9 @@
 -- The label (ARGV[3] without the queue, ARGV[6] with it), if
 -- given, is the lease's label as '<version> <label>' (version 0 at the
 -- grant; see label.lua): a grant stores it in KEYS[1]..'\255:label:'..
--- token, expiring with the lock (the lock key keeps the bare token).
+-- token, expiring with the lock (the lock key keeps the bare token); the
+-- release that frees the grant, or the take-over of a handed-off token's
+-- key, deletes it.
 local v = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
 if v[3] then
   return {0, -3}
@@ -85,6 +87,7 @@ end
 local gone = not queued and ARGV[4] and ARGV[4] ~= '' and v[1] == ARGV[4]
 if gone then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('DEL', KEYS[1] .. '\255:label:' .. ARGV[4])
 elseif v[1] or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if queued then
     enqueue(now)

@@ -5,7 +5,9 @@ package redlock
 // Each granting primary stores the label in <lock key>\xff:label:<token>
 // as "<version> <label>" (the lock key keeps the bare token, as redsync
 // writes it), in the acquire script (version 0), expiring and renewed with
-// the lock; SetLabel writes the next version on a majority, never over a
+// the lock, and deleted with the lock key by the script that frees it there
+// (release, drop, or a hand-off's take-over), so that released grants' keys
+// do not linger on to their TTL; SetLabel writes the next version on a majority, never over a
 // newer one. Inspect is a majority read: the lock is held when one token
 // holds it on a majority of primaries, with that token's newest label
 // among them (any two majorities share a primary) and, as the

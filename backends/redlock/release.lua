@@ -24,6 +24,8 @@
 -- (acquire.lua), the notice names our token after the waiter's id, and the
 -- script returns 2; the caller then leaves the other primaries to the
 -- waiter.
+-- Freeing the lock here deletes our label key here too (acquire.lua): a
+-- released grant's label key does not linger on to its TTL.
 -- Returns 1 when released, 0 when the lock did not hold our token.
 if ARGV[3] ~= '0' then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
@@ -47,7 +49,7 @@ local gone = 0
 if #KEYS == 5 then
   gone = redis.call('PTTL', KEYS[1])
 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[1] .. '\255:label:' .. ARGV[1])
 local msg = ARGV[4]
 local ret = 1
 if #KEYS >= 4 and not ARGV[6] then
