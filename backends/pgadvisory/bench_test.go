@@ -2,6 +2,7 @@ package pgadvisory_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -159,7 +160,9 @@ func acquireRelease(b *testing.B, url string, flushed bool) {
 // BenchmarkHandOff measures the time from a holder's Release call to the
 // return of a blocked Acquire queued in the server (confirmed in pg_locks
 // before the release, no sleeps), against the same for raw pgx sessions
-// (a COMMIT and a waiter in pg_advisory_xact_lock).
+// (a COMMIT and a waiter in pg_advisory_xact_lock), bare ("raw-pgx") and
+// with a fence, a transaction ID taken by both ("raw-fence-sql": the
+// floor of a fenced hand-off).
 //
 //	go test -run '^$' -bench HandOff -benchtime 300x ./backends/pgadvisory/
 func BenchmarkHandOff(b *testing.B) {
@@ -225,7 +228,10 @@ func BenchmarkHandOff(b *testing.B) {
 			reportLatencies(b, lat)
 		})
 	}
-	b.Run("raw-pgx", func(b *testing.B) {
+	// raw runs the raw sessions' hand-off: the holder's transaction takes
+	// the lock with holdSQL, the waiter sends BEGIN and waitSQL (%d: the
+	// key) in one simple query.
+	raw := func(b *testing.B, holdSQL, waitSQL string) {
 		key := pgadvisory.Key("handoff-raw-" + randHex(4))
 		hc, err := pgx.Connect(ctx, url)
 		if err != nil {
@@ -243,12 +249,12 @@ func BenchmarkHandOff(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
+			if _, err := tx.Exec(ctx, holdSQL, key); err != nil {
 				b.Fatal(err)
 			}
 			got := make(chan time.Time, 1)
 			go func() {
-				_, err := wc.Exec(ctx, "BEGIN; SELECT pg_advisory_xact_lock("+strconv.FormatInt(key, 10)+")")
+				_, err := wc.Exec(ctx, "BEGIN; "+fmt.Sprintf(waitSQL, key))
 				if err != nil {
 					b.Error(err)
 				}
@@ -265,6 +271,16 @@ func BenchmarkHandOff(b *testing.B) {
 			}
 		}
 		reportLatencies(b, lat)
+	}
+	b.Run("raw-pgx", func(b *testing.B) {
+		raw(b, "SELECT pg_advisory_xact_lock($1)", "SELECT pg_advisory_xact_lock(%d)")
+	})
+	// The bare fenced hand-off, fencelock's floor: both transactions take
+	// a transaction ID (the fence), so the holder's COMMIT writes a commit
+	// record before it lets the lock go.
+	b.Run("raw-fence-sql", func(b *testing.B) {
+		raw(b, "SELECT pg_advisory_xact_lock($1), pg_current_xact_id()",
+			"SELECT pg_current_xact_id() FROM (SELECT pg_advisory_xact_lock(%d) OFFSET 0) AS w")
 	})
 }
 
