@@ -66,9 +66,9 @@
 // and for [Tx]. The second transaction costs about 40 µs of server time,
 // so an uncontended TryAcquire+Release stays above raw pgx (Begin, SELECT
 // pg_try_advisory_xact_lock, Commit) plus one flushed commit: on a 2-core
-// VM with fsync on, 295–340 µs against 86–90 + 210–220 µs (1.0–1.1×; two
-// `make bench-peers` runs, 2026-12-07; 1.2× in two the day before), and
-// 1.0–1.6× of the two in
+// VM with fsync on, 295–418 µs against 86–111 + 210–266 µs (1.0–1.3×;
+// six `make bench-peers` runs, 2026-12-07; 1.2× in two the day before),
+// and 1.0–1.6× of the two in
 // BenchmarkAcquireReleaseFsync (interleaved, the upper end on a machine
 // whose disk others kept busy).
 // With fence_flush=false a grant is one transaction and matches raw pgx
@@ -78,7 +78,11 @@
 // raw pgx's, and the grants run at 0.7–0.9× raw pgx's rate on a 2-core
 // VM, by the measure (about the rate of raw pgx taking a transaction ID
 // with the lock: the transaction ID, and client work per grant; the
-// measurements are in fence.go).
+// measurements are in fence.go). A hand-off (the holder's Release to the
+// blocked waiter holding) takes 1.1–1.4× raw pgx's, and so does raw pgx
+// when both its transactions take a transaction ID: BenchmarkHandOff,
+// 2026-12-07, 118–138 µs against raw pgx's 91–104 and the fenced raw
+// hand-off's 89–137.
 //
 // # A broken connection
 //
